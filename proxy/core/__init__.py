@@ -1,0 +1,1 @@
+"""The pure core: functions over values. No aiohttp, no database, no clock, no I/O."""

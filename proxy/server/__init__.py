@@ -1,0 +1,1 @@
+"""The aiohttp edge: routes, forwarding, streaming relay, metrics, lifecycle."""

@@ -1,0 +1,281 @@
+"""The aiohttp application: routes, typed app keys, one ClientSession, the error middleware.
+
+Handlers stay thin: they load what the core needs, call it, then do the I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from proxy.config import Config
+from proxy.core.protocol import validate_request
+from proxy.errors import (
+    InvalidRequest,
+    NotFound,
+    Overloaded,
+    ProxyError,
+    RequestTooLarge,
+    error_body,
+    new_request_id,
+)
+from proxy.server.forward import Forwarder, read_limited
+from proxy.server.metrics import CONTENT_TYPE, Metrics, new_metrics
+
+log = logging.getLogger("context_proxy.app")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ReadinessCheck = Callable[[], Awaitable[bool]]
+
+
+@dataclass(slots=True)
+class ProxyState:
+    """Mutable per-process state the handlers share."""
+
+    draining: bool = False
+    inflight: int = 0
+    readiness_checks: list[ReadinessCheck] = field(default_factory=list)
+
+
+CONFIG = web.AppKey("config", Config)
+METRICS = web.AppKey("metrics", Metrics)
+STATE = web.AppKey("state", ProxyState)
+FORWARDER = web.AppKey("forwarder", Forwarder)
+
+
+def _route_of(request: web.Request) -> str:
+    name = request.match_info.route.name
+    return name or "other"
+
+
+def _error_response(exc: ProxyError) -> web.Response:
+    request_id = new_request_id()
+    headers = {"request-id": request_id, "x-should-retry": "true" if exc.status >= 500 else "false"}
+    headers.update(exc.headers)
+    return web.Response(
+        status=exc.status,
+        body=error_body(exc.error_type, exc.message, request_id),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Renders every ProxyError the Anthropic way; counts every answer by route and status."""
+    metrics = request.app[METRICS]
+    route = _route_of(request)
+    try:
+        response = await handler(request)
+    except ProxyError as exc:
+        log.info("[error] %s %s -> %d %s", request.method, route, exc.status, exc.error_type)
+        response = _error_response(exc)
+    except web.HTTPException as exc:
+        if exc.status == 404:
+            response = _error_response(NotFound(f"{request.method} {request.path}: not found"))
+        elif exc.status == 405:
+            response = _error_response(NotFound(f"{request.method} {request.path}: method not allowed"))
+        else:
+            raise
+    metrics.requests.labels(route, str(response.status)).inc()
+    return response
+
+
+@web.middleware
+async def admission_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuses new API work while draining or at the concurrency limit (529 + retry-after)."""
+    if not request.path.startswith("/v1/"):
+        return await handler(request)
+    state = request.app[STATE]
+    if state.draining:
+        raise Overloaded("the proxy is shutting down; retry on another instance", retry_after_seconds=1)
+    if state.inflight >= request.app[CONFIG].limits.max_concurrent_requests:
+        raise Overloaded("the proxy is at its concurrency limit", retry_after_seconds=1)
+    state.inflight += 1
+    try:
+        return await handler(request)
+    finally:
+        state.inflight -= 1
+
+
+# --- body handling ---------------------------------------------------------------------------
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The raw body, bounded by ``limit`` before anything is forwarded (413 otherwise)."""
+    too_large = RequestTooLarge(f"request body exceeds the maximum size of {limit} bytes")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    body = await read_limited(request.content, limit)
+    if body is None:
+        raise too_large
+    return body
+
+
+def _decoded_for_inspection(request: web.Request, raw: bytes, limit: int) -> bytes:
+    """The JSON text of a body sent with ``Content-Encoding: gzip|deflate`` (forwarded as sent)."""
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return raw
+    if encoding not in ("gzip", "deflate", "x-gzip"):
+        raise InvalidRequest(f"unsupported Content-Encoding: {encoding[:40]}")
+    wbits = 31 if "gzip" in encoding else 15
+    try:
+        decoder = zlib.decompressobj(wbits)
+        text = decoder.decompress(raw, limit + 1)
+    except zlib.error:
+        raise InvalidRequest(f"request body is not valid {encoding} data") from None
+    if len(text) > limit or decoder.unconsumed_tail:
+        raise RequestTooLarge(f"request body exceeds the maximum size of {limit} bytes after decoding")
+    return text
+
+
+def parse_messages_body(text: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    if "messages" not in body:
+        raise InvalidRequest("messages: Field required")
+    if not isinstance(body["messages"], list):
+        raise InvalidRequest("messages: Input should be a valid list")
+    return body
+
+
+# --- handlers --------------------------------------------------------------------------------
+
+
+async def handle_messages(request: web.Request) -> web.StreamResponse:
+    """POST /v1/messages and /v1/messages/count_tokens."""
+    started = time.perf_counter()
+    app = request.app
+    config = app[CONFIG]
+    route = _route_of(request)
+    limit = config.limits.max_body_bytes
+    raw = await read_body(request, limit)
+    app[METRICS].request_bytes.labels(route).observe(len(raw))
+    body = parse_messages_body(_decoded_for_inspection(request, raw, limit))
+    violation = validate_request(body)
+    if violation is not None:
+        raise InvalidRequest(violation.message)
+    forwarder = app[FORWARDER]
+    before_upstream = time.perf_counter() - started
+    upstream = await forwarder.open(request, route=route, data=raw, decode=True)
+    async with upstream:
+        response, _outcome = await forwarder.relay(
+            request, upstream, decoded=True, on_prepared=before_upstream, route=route
+        )
+    return response
+
+
+async def handle_passthrough(request: web.Request) -> web.StreamResponse:
+    """Every other /v1/* path and method: byte for byte, no decoding, body streamed."""
+    forwarder = request.app[FORWARDER]
+    data = _body_chunks(request) if request.body_exists else None
+    upstream = await forwarder.open(request, route="passthrough", data=data, decode=False)
+    async with upstream:
+        response, _outcome = await forwarder.relay(
+            request, upstream, decoded=False, route="passthrough"
+        )
+    return response
+
+
+async def _body_chunks(request: web.Request) -> AsyncIterator[bytes]:
+    async for chunk in request.content.iter_any():
+        yield chunk
+
+
+async def handle_head_root(request: web.Request) -> web.StreamResponse:
+    return web.Response(status=200)
+
+
+async def handle_healthz(request: web.Request) -> web.StreamResponse:
+    return web.json_response({"status": "ok"})
+
+
+async def handle_readyz(request: web.Request) -> web.StreamResponse:
+    app = request.app
+    state = app[STATE]
+    problems: list[str] = []
+    if state.draining:
+        problems.append("draining")
+    if app[FORWARDER].session.closed:
+        problems.append("upstream session closed")
+    for check in state.readiness_checks:
+        if not await check():
+            problems.append(getattr(check, "__name__", "check"))
+    if problems:
+        return web.json_response({"status": "not ready", "problems": problems}, status=503)
+    return web.json_response({"status": "ready"})
+
+
+async def handle_metrics(request: web.Request) -> web.StreamResponse:
+    response = web.Response(body=request.app[METRICS].render())
+    response.headers["Content-Type"] = CONTENT_TYPE
+    return response
+
+
+# --- assembly --------------------------------------------------------------------------------
+
+
+async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
+    """Exactly one pooled ClientSession per app, with keep-alive to the upstream."""
+    config = app[CONFIG]
+    connector = aiohttp.TCPConnector(
+        limit=config.upstream.pool_size, limit_per_host=config.upstream.pool_size,
+        keepalive_timeout=30, enable_cleanup_closed=True,
+    )
+    session = aiohttp.ClientSession(
+        connector=connector,
+        auto_decompress=False,
+        # Forward the client's headers as sent: add none of aiohttp's defaults.
+        skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
+        timeout=aiohttp.ClientTimeout(total=None),
+        trust_env=False,
+    )
+    app[FORWARDER] = Forwarder(
+        session,
+        config.upstream.base_url,
+        config.upstream.connect_timeout,
+        config.upstream.read_timeout,
+        app[METRICS],
+    )
+    try:
+        yield
+    finally:
+        await session.close()
+
+
+async def _on_shutdown(app: web.Application) -> None:
+    app[STATE].draining = True
+
+
+def build_app(config: Config) -> web.Application:
+    # Bodies are read by the handlers with their own bound; this only guards request.read().
+    app = web.Application(
+        middlewares=[error_middleware, admission_middleware],
+        client_max_size=config.limits.max_body_bytes,
+    )
+    app[CONFIG] = config
+    app[METRICS] = new_metrics()
+    app[STATE] = ProxyState()
+    app.cleanup_ctx.append(_upstream_session)
+    app.on_shutdown.append(_on_shutdown)
+    app.router.add_route("HEAD", "/", handle_head_root, name="root")
+    app.router.add_get("/healthz", handle_healthz, name="healthz", allow_head=True)
+    app.router.add_get("/readyz", handle_readyz, name="readyz", allow_head=True)
+    app.router.add_get("/metrics", handle_metrics, name="metrics")
+    app.router.add_post("/v1/messages", handle_messages, name="messages")
+    app.router.add_post("/v1/messages/count_tokens", handle_messages, name="count_tokens")
+    app.router.add_route("*", "/v1/{tail:.*}", handle_passthrough, name="passthrough")
+    return app

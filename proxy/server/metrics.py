@@ -1,0 +1,86 @@
+"""Prometheus metrics, on a registry owned by one app (tests run many apps in one process).
+
+Labels never carry request content, paths of passthrough calls or credentials: ``route`` is one of
+a fixed set (messages, count_tokens, passthrough, health, admin, other).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
+)
+_ADDED_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
+_BYTES_BUCKETS = (1e3, 1e4, 1e5, 5e5, 1e6, 4e6, 16e6, 32e6)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    registry: CollectorRegistry
+    requests: Counter
+    upstream_latency: Histogram
+    added_latency: Histogram
+    request_bytes: Histogram
+    active_streams: Gauge
+    upstream_errors: Counter
+    compactions: Counter
+
+    def render(self) -> bytes:
+        return bytes(generate_latest(self.registry))
+
+
+def new_metrics() -> Metrics:
+    registry = CollectorRegistry(auto_describe=True)
+    return Metrics(
+        registry=registry,
+        requests=Counter(
+            "context_proxy_requests",
+            "Requests answered, by route and HTTP status.",
+            ["route", "status"],
+            registry=registry,
+        ),
+        upstream_latency=Histogram(
+            "context_proxy_upstream_latency_seconds",
+            "Time from sending the request upstream to receiving its response headers.",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=registry,
+        ),
+        added_latency=Histogram(
+            "context_proxy_added_latency_seconds",
+            "Time the proxy itself adds: before forwarding, plus from upstream headers to client headers.",
+            ["route"],
+            buckets=_ADDED_BUCKETS,
+            registry=registry,
+        ),
+        request_bytes=Histogram(
+            "context_proxy_request_bytes",
+            "Size of request bodies received from clients.",
+            ["route"],
+            buckets=_BYTES_BUCKETS,
+            registry=registry,
+        ),
+        active_streams=Gauge(
+            "context_proxy_active_streams",
+            "Responses currently being relayed to clients.",
+            registry=registry,
+        ),
+        upstream_errors=Counter(
+            "context_proxy_upstream_errors",
+            "Upstream failures by kind: refused, timeout, reset, midstream.",
+            ["kind"],
+            registry=registry,
+        ),
+        compactions=Counter(
+            "context_proxy_compactions",
+            "Compaction outcomes on /v1/messages, by plan status (new, reused, none, deferred, off).",
+            ["plan"],
+            registry=registry,
+        ),
+    )

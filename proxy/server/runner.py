@@ -1,0 +1,53 @@
+"""Run the app: listen, and on SIGTERM/SIGINT drain (stop accepting, finish in-flight, exit)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from aiohttp import web
+
+from proxy.config import Config
+from proxy.server.app import STATE, build_app
+
+log = logging.getLogger("context_proxy.runner")
+
+
+def make_runner(app: web.Application, config: Config, *, access_log: bool = True) -> web.AppRunner:
+    """The runner settings every deployment (and every test) uses."""
+    return web.AppRunner(
+        app,
+        handler_cancellation=True,  # a client that disconnects cancels its upstream request
+        shutdown_timeout=config.shutdown.grace_seconds,
+        # Request bodies stay as sent: passthrough is byte for byte, and the messages routes
+        # decode gzip/deflate themselves only to inspect.
+        auto_decompress=False,
+        access_log=logging.getLogger("context_proxy.access") if access_log else None,
+    )
+
+
+async def serve(config: Config, stop: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set or a SIGTERM/SIGINT arrives, then drain and return."""
+    app = build_app(config)
+    runner = make_runner(app, config)
+    await runner.setup()
+    site = web.TCPSite(
+        runner, config.listen.host, config.listen.port, backlog=4096, reuse_address=True
+    )
+    await site.start()
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    for host, port, *_ in (a for a in runner.addresses if isinstance(a, tuple)):
+        log.info("listening on http://%s:%d upstream=%s", host, port, config.upstream.base_url)
+    try:
+        await stop.wait()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        log.info("draining: no new connections; waiting up to %ss", config.shutdown.grace_seconds)
+        app[STATE].draining = True
+        await runner.cleanup()
+        log.info("stopped")

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.harness import LoopThread, ProxyServer, proxy_config
+from tests.upstream import FakeUpstream
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-slow", action="store_true", help="run long soaks")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-slow"):
+        return
+    skip = pytest.mark.skip(reason="long soak: run with --run-slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def loop_thread() -> Iterator[LoopThread]:
+    thread = LoopThread()
+    yield thread
+    thread.close()
+
+
+@pytest.fixture
+def upstream(loop_thread: LoopThread) -> Iterator[FakeUpstream]:
+    fake = FakeUpstream()
+    loop_thread.run(fake.start())
+    yield fake
+    loop_thread.run(fake.stop())
+
+
+ProxyFactory = Callable[..., ProxyServer]
+
+
+@pytest.fixture
+def make_proxy(loop_thread: LoopThread, upstream: FakeUpstream) -> Iterator[ProxyFactory]:
+    started: list[ProxyServer] = []
+
+    def factory(upstream_url: str | None = None, **sections: Any) -> ProxyServer:
+        server = ProxyServer(proxy_config(upstream_url or upstream.url, **sections))
+        loop_thread.run(server.start())
+        started.append(server)
+        return server
+
+    yield factory
+    for server in started:
+        loop_thread.run(server.stop())
+
+
+@pytest.fixture
+def proxy(make_proxy: ProxyFactory) -> ProxyServer:
+    return make_proxy()

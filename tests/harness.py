@@ -1,0 +1,73 @@
+"""Runs the fake upstream and the proxy on a background event loop, so that tests can drive them
+with the official SDK's sync and async clients alike.
+
+Both servers are real: aiohttp on 127.0.0.1, port 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from aiohttp import web
+
+from proxy.config import Config, parse_config
+from proxy.server.app import build_app
+from proxy.server.runner import make_runner
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop in a daemon thread; ``run`` executes a coroutine on it and waits."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="servers", daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+
+
+class ProxyServer:
+    """The proxy app on its own AppRunner, exactly as ``serve`` builds it."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.app: web.Application = build_app(config)
+        self.runner = make_runner(self.app, config, access_log=False)
+        self.url = ""
+
+    async def start(self) -> str:
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+        return self.url
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+
+def proxy_config(upstream_url: str, **sections: dict[str, Any]) -> Config:
+    data: dict[str, Any] = {"upstream": {"base_url": upstream_url}}
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return parse_config(data, "<test>")
+
+
+def replace(config: Config, **changes: Any) -> Config:
+    return dataclasses.replace(config, **changes)
