@@ -249,6 +249,7 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         config.upstream.connect_timeout,
         config.upstream.read_timeout,
         app[METRICS],
+        draining=lambda: app[STATE].draining,
     )
     try:
         yield

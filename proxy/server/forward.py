@@ -8,10 +8,11 @@ instead of growing memory.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -135,8 +136,12 @@ class Forwarder:
         connect_timeout: float,
         read_timeout: float,
         metrics: Metrics,
+        draining: Callable[[], bool] = lambda: False,
     ) -> None:
         self.session = session
+        self.draining = draining
+        # Relays in progress, so that a shutdown past its grace period can end them cleanly.
+        self.active: set[asyncio.Task[object]] = set()
         self._base = base_url.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=connect_timeout, sock_read=read_timeout
@@ -205,9 +210,30 @@ class Forwarder:
             added += on_prepared
         self.metrics.added_latency.labels(route).observe(added)
         self.metrics.active_streams.inc()
+        task = asyncio.current_task()
+        if task is not None:
+            self.active.add(task)
         try:
             await self._pump(response, upstream, outcome, request)
+        except asyncio.CancelledError:
+            # The client went away, or the shutdown grace period ran out. In the latter case the
+            # client is still there: tell it, in the stream, why it ends here.
+            if is_sse and self.draining():
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(
+                        response.write(
+                            sse_error_event(
+                                "overloaded_error",
+                                "the proxy is shutting down; the response is incomplete",
+                                upstream.headers.get("request-id") or new_request_id(),
+                            )
+                        ),
+                        0.5,
+                    )
+            raise
         finally:
+            if task is not None:
+                self.active.discard(task)
             self.metrics.active_streams.dec()
         return response, outcome
 

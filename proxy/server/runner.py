@@ -9,17 +9,19 @@ import signal
 from aiohttp import web
 
 from proxy.config import Config
-from proxy.server.app import STATE, build_app
+from proxy.server.app import FORWARDER, STATE, build_app
 
 log = logging.getLogger("context_proxy.runner")
 
 
-def make_runner(app: web.Application, config: Config, *, access_log: bool = True) -> web.AppRunner:
+def make_runner(
+    app: web.Application, config: Config, *, access_log: bool = True, shutdown_timeout: float = 2.0
+) -> web.AppRunner:
     """The runner settings every deployment (and every test) uses."""
     return web.AppRunner(
         app,
         handler_cancellation=True,  # a client that disconnects cancels its upstream request
-        shutdown_timeout=config.shutdown.grace_seconds,
+        shutdown_timeout=shutdown_timeout,
         # Request bodies stay as sent: passthrough is byte for byte, and the messages routes
         # decode gzip/deflate themselves only to inspect.
         auto_decompress=False,
@@ -47,7 +49,29 @@ async def serve(config: Config, stop: asyncio.Event | None = None) -> None:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-        log.info("draining: no new connections; waiting up to %ss", config.shutdown.grace_seconds)
-        app[STATE].draining = True
+        await drain(app, runner, config.shutdown.grace_seconds)
         await runner.cleanup()
         log.info("stopped")
+
+
+async def drain(app: web.Application, runner: web.AppRunner, grace: float) -> None:
+    """Stop accepting, let in-flight requests finish within ``grace`` seconds, then end the rest.
+
+    Streams still running at the deadline get an SSE ``overloaded_error`` event (never a
+    fabricated ``message_stop``) before their connection closes.
+    """
+    state = app[STATE]
+    state.draining = True  # keep-alive connections now get 529 for new requests
+    for site in list(runner.sites):
+        await site.stop()
+    log.info("draining: stopped accepting; %d in flight; grace %ss", state.inflight, grace)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    while state.inflight and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    relays = set(app[FORWARDER].active)
+    if relays:
+        log.warning("grace period over: ending %d stream(s)", len(relays))
+        for task in relays:
+            task.cancel()
+        await asyncio.gather(*relays, return_exceptions=True)
