@@ -15,7 +15,16 @@ import orjson
 import pytest
 
 from tests.harness import LoopThread, ProxyServer
-from tests.upstream import FakeUpstream, Hang, Reply, Reset, Stream, frame, message_json, text_stream_events
+from tests.upstream import (
+    FakeUpstream,
+    Hang,
+    Reply,
+    Reset,
+    Stream,
+    frame,
+    message_json,
+    text_stream_events,
+)
 
 KEY = "sk-ant-canary-7f3a9c1e5b2d4f60"
 HEADERS = {"x-api-key": KEY, "anthropic-version": "2023-06-01", "content-type": "application/json"}
@@ -180,8 +189,9 @@ def test_stream_that_ends_without_message_stop_gets_an_error_event(upstream: Fak
 
 
 def test_upstream_error_event_is_relayed_untouched(upstream: FakeUpstream, proxy: ProxyServer) -> None:
-    events = text_stream_events("abc", deltas=1)[:3] + [
-        frame("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    events = [
+        *text_stream_events("abc", deltas=1)[:3],
+        frame("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
     ]
     upstream.script(Stream(events))
     assert _stream_bytes(proxy) == b"".join(events)
@@ -197,8 +207,8 @@ def test_unknown_path_is_anthropic_404(proxy: ProxyServer) -> None:
     _assert_error(httpx.get(proxy.url + "/nope"), 404, "not_found_error")
 
 
-async def _settle(predicate: Any, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
+async def _settle(predicate: Any, limit: float = 5.0) -> bool:
+    deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         if predicate():
             return True

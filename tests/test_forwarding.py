@@ -77,7 +77,7 @@ def test_streaming_create_relays_every_event(upstream: FakeUpstream, proxy: Prox
         ) as response:
             return response.headers, response.read()
 
-    (d_headers, d_bytes), (p_headers, p_bytes), d_req, p_req = _side_by_side(
+    (_, d_bytes), (p_headers, p_bytes), d_req, p_req = _side_by_side(
         upstream, proxy, call, Stream(events), Stream(events)
     )
     assert p_bytes == d_bytes == b"".join(events)

@@ -1,0 +1,63 @@
+"""What every layer needs to know about the request being compacted, and the view's landmarks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from proxy.core.compaction.policy import CompactionPolicy
+from proxy.core.compaction.view import Entry, Message, ViewItem, blocks_of, materialize
+from proxy.core.tokens import BLOCK_OVERHEAD, TokenCounter
+
+__all__ = ["LayerContext", "calibrate", "frozen_len", "latest_assistant"]
+
+
+def calibrate(estimate: int, ratio: float) -> int:
+    """An estimate as the provider would count it (``ratio`` = real / estimate)."""
+    return int(estimate * ratio + 0.5)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerContext:
+    """The request's fixed parts and the knobs; ``fixed`` = raw tokens outside ``messages``."""
+
+    messages: Sequence[Message]
+    policy: CompactionPolicy
+    counter: TokenCounter
+    fixed: int
+    ratio: float
+
+    def entry(self, item: ViewItem) -> Entry:
+        message = materialize(item, self.messages)
+        return Entry(item, message, self.counter.count_message(message))
+
+    def text_tokens(self, text: str) -> int:
+        """Tokens of a piece of text (memoised by the counter)."""
+        return max(0, self.counter.count_block(text) - BLOCK_OVERHEAD)
+
+    def total(self, entries: Sequence[Entry]) -> int:
+        """Calibrated tokens of a request whose messages are ``entries``."""
+        return calibrate(self.fixed + sum(e.tokens for e in entries), self.ratio)
+
+    def calibrated_total(self, raw_message_tokens: int) -> int:
+        return calibrate(self.fixed + raw_message_tokens, self.ratio)
+
+    def under_target(self, entries: Sequence[Entry]) -> bool:
+        return self.total(entries) <= self.policy.target
+
+
+def frozen_len(entries: Sequence[Entry]) -> int:
+    """How many leading entries no layer may change: up to the last provider ``compaction``."""
+    for i in range(len(entries) - 1, -1, -1):
+        for block in blocks_of(entries[i].message):
+            if isinstance(block, Mapping) and block.get("type") == "compaction":
+                return i + 1
+    return 0
+
+
+def latest_assistant(entries: Sequence[Entry]) -> int:
+    """Index of the last assistant entry, or -1."""
+    for i in range(len(entries) - 1, -1, -1):
+        if entries[i].role == "assistant":
+            return i
+    return -1

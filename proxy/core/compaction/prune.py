@@ -1,0 +1,177 @@
+"""L3: drop whole old interactions between the first user turn and the recent window.
+
+Landmarks of a view (indices into the entries):
+
+* the *head*: everything before the first assistant message (messages[0], the original intent,
+  and anything before it), extended past the last provider ``compaction`` block (it and
+  everything before it is never touched) up to the next assistant message. The head always ends
+  on a user (or system) entry;
+* the *window*: the last ``keep_recent`` messages, widened toward older messages until it starts
+  with a client assistant message, so no tool_use/tool_result pair (and no assistant turn) is ever
+  split. The latest assistant message is therefore always in the window;
+* the *interactions* in between: an interaction is an assistant message and every non-assistant
+  message up to the next assistant message (its user reply, role-system entries). A previous
+  bridge pair right after the head is the first interaction.
+
+The oldest interactions go first, whole, until the view (with the bridge it will need) is under
+the target. ``role: "system"`` entries of removed interactions are kept, right after the bridge
+(or the head). Text the user typed in removed user messages (plain turns, or text next to
+tool_results) is carried into the bridge; images and tool results are not. A previous bridge is
+always replaced, never kept next to a new one: its summary goes into the new summary request
+(incremental summarisation) and its carried texts are carried again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from proxy.core.compaction.bridge import Bridge, carry_texts
+from proxy.core.compaction.context import LayerContext, frozen_len
+from proxy.core.compaction.view import Entry, FromClient, Inserted, Message, blocks_of
+
+__all__ = ["Region", "choose_region", "typed_user_texts"]
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """A cut: what stays (``head``, ``system``, ``rest``) and what goes (``removed``)."""
+
+    head: tuple[Entry, ...]
+    removed: tuple[Entry, ...]  # client messages that go, in order (no system entries)
+    system: tuple[Entry, ...]  # role-system entries of the removed span, kept
+    rest: tuple[Entry, ...]  # from the first kept interaction to the end
+    previous: Bridge | None  # the bridge this cut replaces
+    carried: tuple[str, ...]  # the user texts the new bridge carries
+    removed_tokens: int  # raw tokens of everything removed, old bridge included
+
+    def assemble(self, bridge: Bridge, ctx: LayerContext) -> list[Entry]:
+        """The new view with ``bridge`` (if not empty) between the head and the rest."""
+        inserted: list[Entry] = []
+        if not bridge.empty:
+            for message in bridge.messages():
+                inserted.append(ctx.entry(Inserted(message)))
+        return [*self.head, *inserted, *self.system, *self.rest]
+
+    @property
+    def message_indices(self) -> tuple[int, ...]:
+        return tuple(e.origin for e in self.removed if e.origin is not None)
+
+    @property
+    def tool_use_ids(self) -> tuple[str, ...]:
+        ids: list[str] = []
+        for entry in self.removed:
+            for block in blocks_of(entry.message):
+                if isinstance(block, Mapping) and block.get("type") == "tool_use":
+                    uid = block.get("id")
+                    if isinstance(uid, str):
+                        ids.append(uid)
+        return tuple(ids)
+
+
+def typed_user_texts(message: Message) -> list[str]:
+    """Text the user typed in a user message: a string content, or its ``text`` blocks."""
+    if message.get("role") != "user":
+        return []
+    content = message.get("content")
+    if isinstance(content, str):
+        return [content] if content.strip() else []
+    out: list[str] = []
+    for block in blocks_of(message):
+        if isinstance(block, Mapping) and block.get("type") == "text":
+            text = block.get("text")
+            if isinstance(text, str) and text.strip():
+                out.append(text)
+    return out
+
+
+def _head_end(entries: Sequence[Entry]) -> int:
+    """Index of the first entry after the head (the first assistant after the frozen part)."""
+    start = max(frozen_len(entries), 1)
+    for i in range(start, len(entries)):
+        if entries[i].role == "assistant":
+            return i
+    return len(entries)
+
+
+def _window_start(entries: Sequence[Entry], keep_recent: int) -> int:
+    for i in range(len(entries) - keep_recent, -1, -1):
+        if entries[i].role == "assistant" and isinstance(entries[i].item, FromClient):
+            return i
+    return -1
+
+
+def bridge_reserve(bridge: Bridge, ctx: LayerContext) -> int:
+    """Raw tokens the new bridge may take: the summary's cap, or the fallback if larger."""
+    fallback = 0 if bridge.empty else sum(ctx.counter.count_message(m) for m in bridge.messages())
+    if not ctx.policy.summarize:
+        return fallback
+    with_summary = Bridge("", bridge.carried)
+    pair = sum(ctx.counter.count_message(m) for m in with_summary.messages())
+    return max(fallback, pair + ctx.policy.summary_max_tokens)
+
+
+def choose_region(
+    entries: Sequence[Entry], ctx: LayerContext, previous: Bridge | None
+) -> Region | None:
+    """The smallest cut of whole oldest interactions that reaches the target (or, when none
+    does, the cut that keeps the fewest tokens); ``None`` when there is nothing to cut or no cut
+    would make the view smaller (a bridge can cost more than a few short turns)."""
+    head_end = _head_end(entries)
+    window = _window_start(entries, ctx.policy.keep_recent)
+    if window <= head_end:
+        return None
+    starts = [i for i in range(head_end, window) if entries[i].role == "assistant"]
+    # A previous bridge pair is the first interaction: it always goes with the first real one.
+    has_old_bridge = isinstance(entries[head_end].item, Inserted)
+    if has_old_bridge:
+        starts = starts[1:]
+    else:
+        previous = None
+    if not starts:
+        return None
+    bounds = [*starts[1:], window]
+    head = tuple(entries[:head_end])
+    base = sum(e.tokens for e in head)
+    prev_carried = previous.carried if previous is not None else ()
+    prev_summary = previous.summary if previous is not None else None
+    removed: list[Entry] = []
+    system: list[Entry] = []
+    removed_tokens = 0
+    new_texts: list[str] = []
+    # the span from the head to the first real interaction (an old bridge, system entries)
+    for e in entries[head_end : starts[0]]:
+        if e.role == "system":
+            system.append(e)
+        else:
+            removed_tokens += e.tokens
+    current = sum(e.tokens for e in entries)
+    best: tuple[int, Region] | None = None  # the cut that keeps the fewest tokens so far
+    for start, end in zip(starts, bounds, strict=True):
+        for e in entries[start:end]:
+            if e.role == "system":
+                system.append(e)
+                continue
+            removed.append(e)
+            removed_tokens += e.tokens
+            new_texts.extend(typed_user_texts(e.message) if e.origin is not None else ())
+        carried = carry_texts(prev_carried, new_texts, ctx.policy.carried_text_cap, ctx.text_tokens)
+        rest = tuple(entries[end:])
+        region = Region(
+            head=head,
+            removed=tuple(removed),
+            system=tuple(system),
+            rest=rest,
+            previous=previous,
+            carried=carried,
+            removed_tokens=removed_tokens,
+        )
+        reserve = bridge_reserve(Bridge(prev_summary, carried), ctx)
+        kept = base + reserve + sum(e.tokens for e in system) + sum(e.tokens for e in rest)
+        if best is None or kept < best[0]:
+            best = (kept, region)
+        if ctx.calibrated_total(kept) <= ctx.policy.target:
+            break
+    if best is None or best[0] >= current:
+        return None  # the bridge would cost more than the cut saves
+    return best[1]

@@ -1,0 +1,120 @@
+"""L1: cut oversized ``tool_result`` contents down to a head and a tail.
+
+A result whose text is over ``policy.tool_result_cap`` tokens keeps ``cap`` tokens' worth of
+characters (the character count proportionate to tokens, so the cut is deterministic and needs no
+tokenizer round trip): half from the start, half from the end, with a marker between them saying
+how much went. In list content only ``text`` blocks are cut (each in proportion to its share);
+images, documents and every other block stay as they are.
+
+Never touched: the last message, assistant messages, anything up to a provider ``compaction``
+block, and results already cut. Oldest results go first; the layer stops as soon as the view is
+under the target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from proxy.core.compaction.context import LayerContext, frozen_len
+from proxy.core.compaction.manifest import Truncated
+from proxy.core.compaction.view import (
+    BlockOp,
+    Cut,
+    Entry,
+    FromClient,
+    Keep,
+    blocks_of,
+    strip_markers,
+)
+
+__all__ = ["cut_text", "truncate", "truncation_marker"]
+
+
+def truncation_marker(removed: int, total: int, pointer: str | None = None) -> str:
+    """The note left where a result was cut; ``pointer`` names where the full text is kept."""
+    text = f"[context-proxy: truncated {removed} of {total} tokens from this tool result"
+    if pointer is not None:
+        text += f"; full text: {pointer}"
+    return text + "]"
+
+
+def cut_text(text: str, tokens: int, keep_tokens: int, pointer: str | None = None) -> str:
+    """``text`` (``tokens`` long) cut to about ``keep_tokens``: head, marker, tail."""
+    keep_chars = len(text) * max(keep_tokens, 0) // max(tokens, 1)
+    head = (keep_chars + 1) // 2
+    tail = keep_chars - head
+    marker = truncation_marker(max(tokens - keep_tokens, 0), tokens, pointer)
+    parts = [text[:head], marker]
+    if tail > 0:
+        parts.append(text[len(text) - tail :])
+    return "\n".join(p for p in parts if p)
+
+
+def _cut_content(content: Any, ctx: LayerContext) -> Any | None:
+    """The cut content of one tool_result, or ``None`` when it is within the cap."""
+    cap = ctx.policy.tool_result_cap
+    count = ctx.text_tokens
+    if isinstance(content, str):
+        tokens = count(content)
+        return cut_text(content, tokens, cap) if tokens > cap else None
+    if not isinstance(content, list):
+        return None
+    sizes = [
+        count(b["text"])
+        if isinstance(b, Mapping) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        else 0
+        for b in content
+    ]
+    total = sum(sizes)
+    if total <= cap:
+        return None
+    out: list[Any] = []
+    for block, size in zip(content, sizes, strict=True):
+        if size == 0:
+            out.append(block)
+            continue
+        keep = cap * size // total
+        out.append({**block, "text": cut_text(block["text"], size, keep)})
+    return out
+
+
+def truncate(entries: Sequence[Entry], ctx: LayerContext) -> tuple[list[Entry], list[Truncated]]:
+    """Apply L1 oldest-first until the view is under the target."""
+    view = list(entries)
+    records: list[Truncated] = []
+    if ctx.under_target(view):
+        return view, records
+    count = ctx.counter.count_block
+    for i in range(frozen_len(view), len(view) - 1):
+        entry = view[i]
+        item = entry.item
+        if entry.role != "user" or not isinstance(item, FromClient):
+            continue
+        content = blocks_of(entry.message)
+        ops: list[BlockOp] = (
+            list(item.blocks) if item.blocks is not None else [Keep(j) for j in range(len(content))]
+        )
+        found: list[Truncated] = []
+        for j, block in enumerate(content):
+            op = ops[j]
+            if not isinstance(op, Keep):
+                continue  # already cut by an earlier compaction
+            if not isinstance(block, Mapping) or block.get("type") != "tool_result":
+                continue
+            new_content = _cut_content(block.get("content"), ctx)
+            if new_content is None:
+                continue
+            before = count(block)
+            after = count({**block, "content": new_content})
+            if after >= before:
+                continue
+            ops[j] = Cut(op.index, strip_markers(new_content))
+            found.append(Truncated(item.origin, str(block.get("tool_use_id", "")), before, after))
+        if not found:
+            continue
+        view[i] = ctx.entry(FromClient(item.origin, tuple(ops)))
+        records.extend(found)
+        if ctx.under_target(view):
+            break
+    return view, records
