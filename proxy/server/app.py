@@ -27,7 +27,14 @@ from proxy.errors import (
     error_body,
     new_request_id,
 )
-from proxy.server.forward import Forwarder, read_limited
+from proxy.server.compaction import OPT_OUT_HEADER, CompactionService
+from proxy.server.forward import (
+    MESSAGES_ACCEPT_ENCODING,
+    Forwarder,
+    read_limited,
+    request_headers_for_upstream,
+)
+from proxy.server.usage import UsageTap
 from proxy.server.metrics import CONTENT_TYPE, Metrics, new_metrics
 
 log = logging.getLogger("context_proxy.app")
@@ -49,6 +56,10 @@ CONFIG = web.AppKey("config", Config)
 METRICS = web.AppKey("metrics", Metrics)
 STATE = web.AppKey("state", ProxyState)
 FORWARDER = web.AppKey("forwarder", Forwarder)
+COMPACTION = web.AppKey("compaction", CompactionService)
+
+# Single-tenant until tenant policies exist; every per-tenant structure is keyed by it already.
+DEFAULT_TENANT = "default"
 
 
 def _route_of(request: web.Request) -> str:
@@ -168,13 +179,33 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     violation = validate_request(body)
     if violation is not None:
         raise InvalidRequest(violation.message)
+    service = app[COMPACTION]
+    prepared = await service.prepare(request.headers, body, raw, tenant=DEFAULT_TENANT)
+    headers = request_headers_for_upstream(
+        request.headers, accept_encoding=MESSAGES_ACCEPT_ENCODING, keep_content_length=False
+    )
+    headers.popall(OPT_OUT_HEADER, None)
+    if prepared.changed:
+        headers.popall("Content-Encoding", None)  # a re-serialised body is sent as identity
     forwarder = app[FORWARDER]
     before_upstream = time.perf_counter() - started
-    upstream = await forwarder.open(request, route=route, data=raw, decode=True)
+    upstream = await forwarder.open(
+        request, route=route, data=prepared.body, decode=True, headers=headers
+    )
     async with upstream:
-        response, _outcome = await forwarder.relay(
-            request, upstream, decoded=True, on_prepared=before_upstream, route=route
+        tap = UsageTap(sse=upstream.headers.get("Content-Type", "").startswith("text/event-stream"))
+        response, outcome = await forwarder.relay(
+            request,
+            upstream,
+            decoded=True,
+            extra_headers=prepared.headers,
+            on_prepared=before_upstream,
+            route=route,
+            tap=tap.feed,
         )
+    if outcome.completed and outcome.status == 200:
+        tap.close()
+        service.observe(prepared.model, prepared.estimate, tap.input_tokens)
     return response
 
 
@@ -251,9 +282,11 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         app[METRICS],
         draining=lambda: app[STATE].draining,
     )
+    app[COMPACTION] = CompactionService(config.compaction, config.upstream.base_url, app[METRICS])
     try:
         yield
     finally:
+        await app[COMPACTION].close()
         await session.close()
 
 

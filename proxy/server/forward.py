@@ -191,6 +191,7 @@ class Forwarder:
         extra_headers: Mapping[str, str] | None = None,
         on_prepared: float | None = None,
         route: str = "other",
+        tap: Callable[[bytes], None] | None = None,
     ) -> tuple[web.StreamResponse, RelayOutcome]:
         """Relay status, headers and body to the client as they arrive."""
         received_at = time.perf_counter()
@@ -214,7 +215,7 @@ class Forwarder:
         if task is not None:
             self.active.add(task)
         try:
-            await self._pump(response, upstream, outcome, request)
+            await self._pump(response, upstream, outcome, request, tap)
         except asyncio.CancelledError:
             # The client went away, or the shutdown grace period ran out. In the latter case the
             # client is still there: tell it, in the stream, why it ends here.
@@ -243,6 +244,7 @@ class Forwarder:
         upstream: aiohttp.ClientResponse,
         outcome: RelayOutcome,
         request: web.Request,
+        tap: Callable[[bytes], None] | None,
     ) -> None:
         splitter = EventSplitter() if outcome.is_sse else None
         chunks = upstream.content.iter_any().__aiter__()
@@ -258,6 +260,8 @@ class Forwarder:
             out = splitter.feed(chunk) if splitter is not None else chunk
             if out:
                 await response.write(out)
+                if tap is not None:
+                    tap(out)
         if splitter is not None:
             if failure is None:
                 tail = splitter.flush()

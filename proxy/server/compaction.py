@@ -1,0 +1,231 @@
+"""The edge side of compaction: decide whether to compact, run the pure pipeline (off the event
+loop when the request is large), make the summary call, and describe the outcome in headers.
+
+The pure core (``proxy.core.compaction``) decides *what* to send; this module only loads what it
+needs, performs the model call for L4 with the request's own credentials, and reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import orjson
+from multidict import CIMultiDictProxy
+
+from proxy.config import CompactionConfig
+from proxy.core.compaction import (
+    DEFAULT_READ_TOOLS,
+    DEFAULT_SUMMARY_PROMPT,
+    CompactionInput,
+    CompactionPolicy,
+    CompactionResult,
+    Done,
+    PlanCache,
+    ReadTool,
+    SummaryRequest,
+    compact,
+    finish,
+)
+from proxy.core.tokens import Calibration, TokenCounter
+from proxy.errors import PromptTooLong
+from proxy.server.metrics import Metrics
+
+log = logging.getLogger("context_proxy.compaction")
+
+# Request header: ``x-compaction: off`` opts one request out. It is the proxy's own control
+# header and is not forwarded upstream.
+OPT_OUT_HEADER = "x-compaction"
+
+
+def policy_from_config(config: CompactionConfig) -> CompactionPolicy:
+    read_tools: tuple[ReadTool, ...] = DEFAULT_READ_TOOLS
+    if config.read_tools:
+        read_tools = tuple(
+            ReadTool(t.name, t.path_key, family=t.name, command=t.command or None)
+            for t in config.read_tools
+        )
+    return CompactionPolicy(
+        threshold=config.threshold,
+        hard_limit=config.hard_limit,
+        target_ratio=config.target_ratio,
+        tool_result_cap=config.tool_result_cap,
+        keep_recent=config.keep_recent,
+        read_tools=read_tools,
+        summary_model=config.summary.model,
+        summary_max_tokens=config.summary.max_tokens,
+        summary_prompt=config.summary.prompt or DEFAULT_SUMMARY_PROMPT,
+    )
+
+
+def defers_to_provider(body: Mapping[str, Any]) -> bool:
+    """True when the client already asks the provider to clear or compact server-side.
+
+    ``clear_thinking_*`` alone (Claude Code always sends it) is not a reason to defer.
+    """
+    if body.get("compaction") is not None:
+        return True
+    management = body.get("context_management")
+    edits = management.get("edits") if isinstance(management, Mapping) else None
+    if not isinstance(edits, list):
+        return False
+    for edit in edits:
+        kind = edit.get("type") if isinstance(edit, Mapping) else None
+        if isinstance(kind, str) and kind.startswith(("clear_tool_uses_", "compact_")):
+            return True
+    return False
+
+
+def _headers(
+    before: int, after: int, layers: str, plan: str, summary: str, compaction_id: str | None
+) -> dict[str, str]:
+    headers = {
+        "x-compaction-tokens-before": str(before),
+        "x-compaction-tokens-after": str(after),
+        "x-compaction-layers": layers,
+        "x-compaction-plan": plan,
+        "x-compaction-summary": summary,
+    }
+    if compaction_id:
+        headers["x-compaction-id"] = compaction_id
+    return headers
+
+
+def result_headers(result: CompactionResult) -> dict[str, str]:
+    return _headers(
+        result.tokens_before,
+        result.tokens_after,
+        ",".join(result.layers) or "none",
+        result.plan_status,
+        result.summary_status,
+        result.compaction_id if result.changed else None,
+    )
+
+
+def summary_auth_headers(headers: CIMultiDictProxy[str]) -> dict[str, Any]:
+    """The request's own credentials, exactly as the client sent them."""
+    auth: dict[str, Any] = {}
+    if "authorization" in headers:
+        auth["Authorization"] = headers["authorization"]
+    if "x-api-key" in headers:
+        auth["X-Api-Key"] = headers["x-api-key"]
+        if "authorization" not in headers:
+            auth["Authorization"] = anthropic.omit
+    return auth
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What to forward, and what to report about it."""
+
+    body: bytes
+    changed: bool
+    headers: dict[str, str]
+    model: str
+    estimate: int | None  # uncalibrated estimate of the forwarded view, for calibration
+
+
+class CompactionService:
+    """Per-process compaction state: the token counter, calibration, plans, the summariser."""
+
+    def __init__(self, config: CompactionConfig, upstream_base_url: str, metrics: Metrics) -> None:
+        self.config = config
+        self.policy = policy_from_config(config)
+        self.counter = TokenCounter()
+        self.calibration = Calibration()
+        self.plans = PlanCache(config.max_plans)
+        self.metrics = metrics
+        self.summary_calls = 0
+        self._client = anthropic.AsyncAnthropic(
+            base_url=upstream_base_url,
+            api_key="unused-the-request-credentials-are-sent",
+            max_retries=config.summary.max_retries,
+            timeout=config.summary.timeout_seconds,
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def prepare(
+        self, headers: CIMultiDictProxy[str], body: dict[str, Any], raw: bytes, tenant: str
+    ) -> Prepared:
+        model = body.get("model") if isinstance(body.get("model"), str) else ""
+        assert isinstance(model, str)
+        if headers.get(OPT_OUT_HEADER, "").strip().lower() == "off" or not self.config.enabled:
+            self.metrics.compactions.labels("off").inc()
+            return Prepared(raw, False, _headers(0, 0, "none", "none", "skipped", None), model, None)
+        if defers_to_provider(body):
+            self.metrics.compactions.labels("deferred").inc()
+            return Prepared(raw, False, _headers(0, 0, "deferred", "none", "skipped", None), model, None)
+
+        ratio = self.calibration.ratio(model)
+        request = CompactionInput(
+            system=body.get("system"),
+            tools=body.get("tools"),
+            messages=body["messages"],
+            model=model,
+            calibration=ratio,
+        )
+        offload = len(raw) > self.config.offload_bytes
+        outcome = await self._off_loop(offload, compact, request, self.policy, self.counter, self.plans, tenant)
+        if not isinstance(outcome, Done):
+            summary = await self._summarize(outcome.summary_request, headers)
+            outcome = Done(await self._off_loop(offload, finish, outcome.continuation, summary))
+        result = outcome.result
+        self.metrics.compactions.labels(result.plan_status).inc()
+        report = result_headers(result)
+        if result.changed:
+            log.info(
+                "[compact] id=%s layers=%s tokens=%d->%d plan=%s summary=%s",
+                result.compaction_id,
+                ",".join(result.layers) or "none",
+                result.tokens_before,
+                result.tokens_after,
+                result.plan_status,
+                result.summary_status,
+            )
+        if result.over_hard_limit:
+            raise PromptTooLong(
+                f"prompt is too long: {result.tokens_after} tokens > {self.policy.hard_limit} maximum"
+                f" (tokens before compaction: {result.tokens_before}; after: {result.tokens_after};"
+                f" layers tried: {','.join(result.layers) or 'none'})",
+                headers=report,
+            )
+        estimate = round(result.tokens_after / ratio) if ratio > 0 else result.tokens_after
+        if not result.changed:
+            return Prepared(raw, False, report, model, estimate)
+        forwarded = orjson.dumps({**body, "messages": result.messages})
+        return Prepared(forwarded, True, report, model, estimate)
+
+    async def _off_loop(self, offload: bool, fn: Any, *args: Any) -> Any:
+        """Large requests are counted and compacted in a worker thread: other streams never
+        stall behind a cold 200k-token count."""
+        if offload:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    async def _summarize(self, request: SummaryRequest, headers: CIMultiDictProxy[str]) -> str | None:
+        """The L4 model call. Failure, timeout or an empty answer → ``None`` (keep the view)."""
+        self.summary_calls += 1
+        try:
+            message = await self._client.messages.create(
+                model=request.model,
+                max_tokens=request.max_tokens,
+                system=request.system,
+                messages=[{"role": "user", "content": request.text}],
+                extra_headers=summary_auth_headers(headers),
+            )
+        except anthropic.APIError as exc:
+            log.warning("[compact] summary call failed: %s", type(exc).__name__)
+            return None
+        text = "".join(block.text for block in message.content if block.type == "text")
+        return text or None
+
+    def observe(self, model: str, estimate: int | None, real: int | None) -> None:
+        """Calibrate: the provider's real input size against our estimate of what we sent."""
+        if estimate and real:
+            self.calibration.observe(model, estimate, real)
