@@ -245,3 +245,42 @@ def test_health_endpoints(proxy: ProxyServer, loop_thread: LoopThread) -> None:
     assert 'context_proxy_upstream_latency_seconds_count{route="messages"} 1.0' in metrics
     assert KEY not in metrics
     assert "context_proxy_active_streams 0.0" in metrics
+
+
+def test_sse_is_relayed_as_it_arrives(upstream: FakeUpstream, proxy: ProxyServer) -> None:
+    import time
+
+    events = text_stream_events("a b c d e", deltas=5)
+    upstream.script(Stream(events, pace=0.15))  # ~1.5 s in all
+    body = orjson.dumps({"model": "m", "max_tokens": 5, "messages": MESSAGES, "stream": True})
+    started = time.monotonic()
+    with httpx.stream("POST", proxy.url + "/v1/messages", content=body, headers={"x-api-key": KEY}) as r:
+        chunks = r.iter_raw()
+        first = next(chunks)
+        first_at = time.monotonic() - started
+        rest = b"".join(chunks)
+    total = time.monotonic() - started
+    assert first.startswith(b"event: message_start")
+    assert first_at < 0.6 < total
+    assert first + rest == b"".join(events)
+
+
+def test_a_slow_client_slows_the_upstream_read(upstream: FakeUpstream, proxy: ProxyServer) -> None:
+    import time
+
+    from tests.upstream import frame
+
+    big = [frame("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": f"{i:06d}" + "x" * 16_000}}) for i in range(2_500)]
+    events = text_stream_events("", deltas=1)[:3] + big + text_stream_events("", deltas=1)[-3:]
+    total = sum(len(e) for e in events)  # ~40 MB
+    upstream.script(Stream(events))
+    body = orjson.dumps({"model": "m", "max_tokens": 5, "messages": MESSAGES, "stream": True})
+    with httpx.stream("POST", proxy.url + "/v1/messages", content=body, headers={"x-api-key": KEY}, timeout=60) as r:
+        chunks = r.iter_raw()
+        received = len(next(chunks))
+        time.sleep(1.0)  # the client stalls: the proxy must stop reading the upstream
+        written_while_stalled = upstream.stream_bytes_written
+        for chunk in chunks:
+            received += len(chunk)
+    assert written_while_stalled < total // 2, (written_while_stalled, total)
+    assert received == total

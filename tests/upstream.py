@@ -209,6 +209,7 @@ class FakeUpstream:
         self.active = 0
         self.cancelled = 0  # handlers that ended because the client (the proxy) went away
         self.completed = 0
+        self.stream_bytes_written = 0  # SSE bytes handed to the transport (for backpressure tests)
         self.url = ""
         self._runner: web.AppRunner | None = None
 
@@ -323,6 +324,7 @@ class FakeUpstream:
                 request.transport.abort()
                 return response
             await response.write(event)
+            self.stream_bytes_written += len(event)
             if entry.pace:
                 await asyncio.sleep(entry.pace)
         await response.write_eof()

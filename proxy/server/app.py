@@ -283,6 +283,7 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         draining=lambda: app[STATE].draining,
     )
     app[COMPACTION] = CompactionService(config.compaction, config.upstream.base_url, app[METRICS])
+    await app[COMPACTION].warm_up()
     try:
         yield
     finally:

@@ -147,6 +147,10 @@ class CompactionService:
             timeout=config.summary.timeout_seconds,
         )
 
+    async def warm_up(self) -> None:
+        """Load the tokenizer at start-up, off the loop, not on the first request."""
+        await asyncio.to_thread(self.counter.count_text, "warm up")
+
     async def close(self) -> None:
         await self._client.close()
 
