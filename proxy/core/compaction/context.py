@@ -9,7 +9,7 @@ from proxy.core.compaction.policy import CompactionPolicy
 from proxy.core.compaction.view import Entry, Message, ViewItem, blocks_of, materialize
 from proxy.core.tokens import BLOCK_OVERHEAD, TokenCounter
 
-__all__ = ["LayerContext", "calibrate", "frozen_len", "latest_assistant"]
+__all__ = ["LayerContext", "calibrate", "compaction_end", "frozen_len", "latest_assistant"]
 
 
 def calibrate(estimate: int, ratio: float) -> int:
@@ -46,13 +46,19 @@ class LayerContext:
         return self.total(entries) <= self.policy.target
 
 
-def frozen_len(entries: Sequence[Entry]) -> int:
-    """How many leading entries no layer may change: up to the last provider ``compaction``."""
-    for i in range(len(entries) - 1, -1, -1):
-        for block in blocks_of(entries[i].message):
+def compaction_end(messages: Sequence[Message]) -> int:
+    """How many leading messages no layer may change: up to the last provider ``compaction``
+    block (it must reach the provider verbatim, with everything before it); 0 without one."""
+    for i in range(len(messages) - 1, -1, -1):
+        for block in blocks_of(messages[i]):
             if isinstance(block, Mapping) and block.get("type") == "compaction":
                 return i + 1
     return 0
+
+
+def frozen_len(entries: Sequence[Entry]) -> int:
+    """``compaction_end`` of a view."""
+    return compaction_end([e.message for e in entries])
 
 
 def latest_assistant(entries: Sequence[Entry]) -> int:

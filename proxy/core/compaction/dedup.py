@@ -179,13 +179,15 @@ def dedup(entries: Sequence[Entry], ctx: LayerContext) -> tuple[list[Entry], lis
     """Apply L2 oldest-first until the view is under the target."""
     view = list(entries)
     records: list[Removed] = []
-    if ctx.under_target(view):
+    raw = sum(e.tokens for e in view)
+    if ctx.calibrated_total(raw) <= ctx.policy.target:
         return view, records
     for uid in superseded_reads(view, ctx):
         record = _remove_one(view, uid, ctx)
         if record is None:
             continue
         records.append(record)
-        if ctx.under_target(view):
+        raw -= record.tokens
+        if ctx.calibrated_total(raw) <= ctx.policy.target:
             break
     return view, records

@@ -30,7 +30,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from proxy.core.compaction.bridge import Bridge
-from proxy.core.compaction.context import LayerContext, calibrate, frozen_len, latest_assistant
+from proxy.core.compaction.context import (
+    LayerContext,
+    calibrate,
+    compaction_end,
+    frozen_len,
+    latest_assistant,
+)
 from proxy.core.compaction.dedup import dedup
 from proxy.core.compaction.manifest import ManifestRecord, Removed, Summarized
 from proxy.core.compaction.markers import cap_markers
@@ -211,6 +217,15 @@ def _finalize(
     )
 
 
+def _keeps_frozen(plan: Plan, messages: Sequence[Message]) -> bool:
+    """Whether the plan leaves the client's messages up to the last ``compaction`` block as
+    they are (a plan made before the provider compacted does not)."""
+    frozen = compaction_end(messages)
+    if frozen > len(plan.items):
+        return False
+    return all(plan.items[i] == FromClient(i) for i in range(frozen))
+
+
 def compact(
     request: CompactionInput,
     policy: CompactionPolicy,
@@ -229,6 +244,8 @@ def compact(
     if n < 2:
         return Done(_unchanged(run))
     base = plans.lookup(tenant, hashes[1], hashes, n - 1)
+    if base is not None and not _keeps_frozen(base, messages):
+        base = None  # a provider compaction block arrived after the plan: start afresh
     if base is not None:
         run = _Run(request, policy, plans, tenant, ctx, hashes, run.tokens_before, base)
         entries = [ctx.entry(item) for item in base.items]

@@ -136,8 +136,12 @@ class Plan:
         }
 
     def to_json(self) -> bytes:
-        """Canonical JSON (sorted keys): equal plans serialise to equal bytes."""
-        return orjson.dumps(self.to_data(), option=orjson.OPT_SORT_KEYS)
+        """JSON that ``from_json`` turns back into an equal plan whose view has the same bytes.
+
+        Keys keep their order (no sorting): the view's blocks must come back with the client's
+        key order, or the forwarded bytes (and the provider's cached prefix) would change.
+        """
+        return orjson.dumps(self.to_data())
 
     @staticmethod
     def from_json(data: bytes | str) -> Plan:

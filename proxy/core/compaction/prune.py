@@ -38,7 +38,7 @@ class Region:
     """A cut: what stays (``head``, ``system``, ``rest``) and what goes (``removed``)."""
 
     head: tuple[Entry, ...]
-    removed: tuple[Entry, ...]  # client messages that go, in order (no system entries)
+    removed: tuple[Entry, ...]  # client messages that go, in order (no system, no old bridge)
     system: tuple[Entry, ...]  # role-system entries of the removed span, kept
     rest: tuple[Entry, ...]  # from the first kept interaction to the end
     previous: Bridge | None  # the bridge this cut replaces
@@ -132,46 +132,43 @@ def choose_region(
         return None
     bounds = [*starts[1:], window]
     head = tuple(entries[:head_end])
-    base = sum(e.tokens for e in head)
     prev_carried = previous.carried if previous is not None else ()
     prev_summary = previous.summary if previous is not None else None
-    removed: list[Entry] = []
-    system: list[Entry] = []
-    removed_tokens = 0
-    new_texts: list[str] = []
-    # the span from the head to the first real interaction (an old bridge, system entries)
-    for e in entries[head_end : starts[0]]:
-        if e.role == "system":
-            system.append(e)
-        else:
-            removed_tokens += e.tokens
     current = sum(e.tokens for e in entries)
-    best: tuple[int, Region] | None = None  # the cut that keeps the fewest tokens so far
-    for start, end in zip(starts, bounds, strict=True):
+    # Running figures for "cut everything before bounds[k]": what goes and what stays.
+    removed_tokens = sum(e.tokens for e in entries[head_end : starts[0]] if e.role != "system")
+    system_tokens = sum(e.tokens for e in entries[head_end : starts[0]] if e.role == "system")
+    rest_tokens = sum(e.tokens for e in entries[starts[0] :])
+    base = sum(e.tokens for e in head)
+    new_texts: list[str] = []
+    best: tuple[int, int, tuple[str, ...]] | None = None  # (kept tokens, k, carried)
+    for k, (start, end) in enumerate(zip(starts, bounds, strict=True)):
         for e in entries[start:end]:
+            rest_tokens -= e.tokens
             if e.role == "system":
-                system.append(e)
+                system_tokens += e.tokens
                 continue
-            removed.append(e)
             removed_tokens += e.tokens
-            new_texts.extend(typed_user_texts(e.message) if e.origin is not None else ())
+            if e.origin is not None:
+                new_texts.extend(typed_user_texts(e.message))
         carried = carry_texts(prev_carried, new_texts, ctx.policy.carried_text_cap, ctx.text_tokens)
-        rest = tuple(entries[end:])
-        region = Region(
-            head=head,
-            removed=tuple(removed),
-            system=tuple(system),
-            rest=rest,
-            previous=previous,
-            carried=carried,
-            removed_tokens=removed_tokens,
-        )
         reserve = bridge_reserve(Bridge(prev_summary, carried), ctx)
-        kept = base + reserve + sum(e.tokens for e in system) + sum(e.tokens for e in rest)
+        kept = base + reserve + system_tokens + rest_tokens
         if best is None or kept < best[0]:
-            best = (kept, region)
+            best = (kept, k, carried)
         if ctx.calibrated_total(kept) <= ctx.policy.target:
             break
     if best is None or best[0] >= current:
         return None  # the bridge would cost more than the cut saves
-    return best[1]
+    _, k, carried = best
+    span = entries[head_end : bounds[k]]
+    removed = tuple(e for e in span if e.role != "system" and e.origin is not None)
+    return Region(
+        head=head,
+        removed=removed,
+        system=tuple(e for e in span if e.role == "system"),
+        rest=tuple(entries[bounds[k] :]),
+        previous=previous,
+        carried=carried,
+        removed_tokens=sum(e.tokens for e in span if e.role != "system"),
+    )

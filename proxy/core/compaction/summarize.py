@@ -198,9 +198,8 @@ def clean_summary(
     limit = policy.summary_max_tokens
     keep = limit
     cut = text
-    while (
-        size > limit and keep > 0
-    ):  # the cut is by characters: shrink until it fits (a few rounds at most)
+    # the cut is by characters, not tokens: shrink until it fits (a few rounds at most)
+    while size > limit and keep > 0:
         keep = keep * 3 // 4
         cut = cut_middle(text, tokens(text), keep, "summary")
         size = tokens(cut)

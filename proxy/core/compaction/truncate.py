@@ -83,7 +83,8 @@ def truncate(entries: Sequence[Entry], ctx: LayerContext) -> tuple[list[Entry], 
     """Apply L1 oldest-first until the view is under the target."""
     view = list(entries)
     records: list[Truncated] = []
-    if ctx.under_target(view):
+    raw = sum(e.tokens for e in view)
+    if ctx.calibrated_total(raw) <= ctx.policy.target:
         return view, records
     count = ctx.counter.count_block
     for i in range(frozen_len(view), len(view) - 1):
@@ -114,7 +115,8 @@ def truncate(entries: Sequence[Entry], ctx: LayerContext) -> tuple[list[Entry], 
         if not found:
             continue
         view[i] = ctx.entry(FromClient(item.origin, tuple(ops)))
+        raw += view[i].tokens - entry.tokens
         records.extend(found)
-        if ctx.under_target(view):
+        if ctx.calibrated_total(raw) <= ctx.policy.target:
             break
     return view, records
