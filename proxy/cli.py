@@ -45,6 +45,87 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    """Replay a recorded conversation through the compaction engine, offline by default."""
+    import os
+
+    from proxy.replay.readers import ReaderError, load_conversation
+    from proxy.replay.report import PlotUnavailable, format_report, plot_tokens, write_json
+    from proxy.replay.runner import (
+        ExtractiveSummariser,
+        Summariser,
+        UpstreamSummariser,
+        policy_from_config,
+        run_replay,
+        with_overrides,
+    )
+
+    try:
+        config = load_config(config_path_from_env(args.config))
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    try:
+        policy = with_overrides(policy_from_config(config.compaction), args.threshold, args.hard_limit)
+    except ValueError as exc:
+        hint = " (pass --hard-limit as well)" if args.threshold and args.hard_limit is None else ""
+        print(f"replay: {exc}{hint}", file=sys.stderr)
+        return 2
+    if args.plot:  # fail before the replay, not after it
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("replay: --plot needs matplotlib: pip install 'context-proxy[plot]'", file=sys.stderr)
+            return 2
+    key = os.environ.get("ANTHROPIC_API_KEY", "")
+    if args.upstream and not key:
+        print("replay: --upstream needs ANTHROPIC_API_KEY in the environment", file=sys.stderr)
+        return 2
+    try:
+        conversation = load_conversation(args.file)
+    except ReaderError as exc:
+        print(f"replay: {exc}", file=sys.stderr)
+        return 2
+
+    from proxy.core.tokens import TokenCounter
+
+    counter = TokenCounter()
+    upstream: UpstreamSummariser | None = None
+    summariser: Summariser
+    if args.upstream:
+        upstream = UpstreamSummariser(args.upstream, key, config.compaction.summary)
+        summariser = upstream
+    else:
+        summariser = ExtractiveSummariser(counter.count_text)
+    try:
+        result = run_replay(
+            conversation,
+            policy,
+            summariser,
+            offline=upstream is None,
+            counter=counter,
+            progress=not args.no_progress,
+            max_plans=config.compaction.max_plans,
+        )
+    finally:
+        if upstream is not None:
+            upstream.close()
+    if not config.compaction.enabled:
+        print("note: compaction is disabled in this config; the proxy would forward every request unchanged", file=sys.stderr)
+    print(format_report(result))
+    if args.json:
+        write_json(result, args.json)
+        print(f"figures written to {args.json}")
+    if args.plot:
+        try:
+            plot_tokens(result, args.plot)
+        except PlotUnavailable as exc:
+            print(f"replay: {exc}", file=sys.stderr)
+            return 2
+        print(f"plot written to {args.plot}")
+    return 1 if result.invalid_views else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="context-proxy",
@@ -59,6 +140,23 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config file; non-zero exit on errors")
     check.add_argument("path")
     check.set_defaults(func=_cmd_check_config)
+    replay = sub.add_parser(
+        "replay",
+        help="show what the proxy would do to a recorded conversation, turn by turn (offline)",
+        description="Replay a conversation (Messages JSON, or a raw Claude Code session .jsonl) "
+        "request by request through the compaction engine and report tokens, compactions, "
+        "validity and prompt-cache prefix stability. Offline: summaries come from a deterministic "
+        "extractive stand-in unless --upstream is given.",
+    )
+    replay.add_argument("file", help="Messages JSON ({system, tools, messages}) or Claude Code .jsonl")
+    replay.add_argument("--config", help="YAML config file for the compaction policy (default: $CONTEXT_PROXY_CONFIG, else built-in defaults)")
+    replay.add_argument("--threshold", type=int, help="override compaction.threshold (tokens)")
+    replay.add_argument("--hard-limit", type=int, help="override compaction.hard_limit (tokens)")
+    replay.add_argument("--upstream", metavar="URL", help="make real summary calls to this upstream (key from $ANTHROPIC_API_KEY); without it nothing touches the network")
+    replay.add_argument("--json", metavar="OUT", help="write every figure, per request and totals, as JSON")
+    replay.add_argument("--plot", metavar="OUT.png", help="draw tokens per request before/after (needs matplotlib)")
+    replay.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    replay.set_defaults(func=_cmd_replay)
     return parser
 
 

@@ -17,16 +17,13 @@ import anthropic
 import orjson
 from multidict import CIMultiDictProxy
 
+from proxy.compaction_policy import policy_from_config
 from proxy.config import CompactionConfig
 from proxy.core.compaction import (
-    DEFAULT_READ_TOOLS,
-    DEFAULT_SUMMARY_PROMPT,
     CompactionInput,
-    CompactionPolicy,
     CompactionResult,
     Done,
     PlanCache,
-    ReadTool,
     SummaryRequest,
     compact,
     finish,
@@ -40,26 +37,6 @@ log = logging.getLogger("context_proxy.compaction")
 # Request header: ``x-compaction: off`` opts one request out. It is the proxy's own control
 # header and is not forwarded upstream.
 OPT_OUT_HEADER = "x-compaction"
-
-
-def policy_from_config(config: CompactionConfig) -> CompactionPolicy:
-    read_tools: tuple[ReadTool, ...] = DEFAULT_READ_TOOLS
-    if config.read_tools:
-        read_tools = tuple(
-            ReadTool(t.name, t.path_key, family=t.name, command=t.command or None)
-            for t in config.read_tools
-        )
-    return CompactionPolicy(
-        threshold=config.threshold,
-        hard_limit=config.hard_limit,
-        target_ratio=config.target_ratio,
-        tool_result_cap=config.tool_result_cap,
-        keep_recent=config.keep_recent,
-        read_tools=read_tools,
-        summary_model=config.summary.model,
-        summary_max_tokens=config.summary.max_tokens,
-        summary_prompt=config.summary.prompt or DEFAULT_SUMMARY_PROMPT,
-    )
 
 
 def defers_to_provider(body: Mapping[str, Any]) -> bool:

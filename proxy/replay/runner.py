@@ -1,0 +1,570 @@
+"""Turn-by-turn replay of a conversation through the real compaction engine.
+
+Request ``k`` is ``messages[:k]`` for every ``k`` ending on a user message, with the file's system
+and tools: what an agent sends, one request per turn. Every request goes through
+:func:`proxy.core.compaction.compact` (and :func:`~proxy.core.compaction.finish` when L4 asks for a
+summary) with one :class:`~proxy.core.tokens.TokenCounter`, one
+:class:`~proxy.core.compaction.PlanCache` and the tenant ``"replay"``, exactly as the edge does for
+one client. Calibration stays 1.0 (there is no provider usage offline).
+
+Summaries come from a :data:`Summariser`: offline, :class:`ExtractiveSummariser` (deterministic,
+no model: the user's requests, tool names, file paths and the last lines of the summarised turns);
+with an upstream, :class:`UpstreamSummariser` makes the very call the edge makes
+(``proxy/server/compaction.py``) with the anthropic SDK.
+
+For every request the runner also measures what the provider's prompt cache would see: the
+tokens of the longest block-level prefix the forwarded request shares with the previous forwarded
+request, in provider order (tools, system, then each message's blocks; ``cache_control`` markers
+ignored, a message boundary is part of the comparison).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from proxy.compaction_policy import policy_from_config
+from proxy.config import SummaryConfig
+from proxy.core.compaction import (
+    CompactionInput,
+    CompactionPolicy,
+    CompactionResult,
+    Done,
+    PlanCache,
+    SummaryRequest,
+    compact,
+    finish,
+)
+from proxy.core.compaction.view import strip_markers
+from proxy.core.protocol import validate_messages
+from proxy.core.tokens import MESSAGE_OVERHEAD, TokenCounter
+from proxy.replay.readers import CompactionBoundary, Conversation
+
+__all__ = [
+    "OFFLINE_NOTE",
+    "TENANT",
+    "ExtractiveSummariser",
+    "ReplayResult",
+    "Summariser",
+    "TurnFigures",
+    "UpstreamSummariser",
+    "policy_from_config",
+    "request_units",
+    "run_replay",
+    "shared_prefix_tokens",
+    "with_overrides",
+]
+
+TENANT = "replay"
+OFFLINE_NOTE = (
+    "offline extractive summaries (no model was called; pass --upstream URL for real ones)"
+)
+
+
+class Summariser(Protocol):
+    """Answers one summary request; ``None`` (or empty text) means the call failed."""
+
+    name: str
+
+    def __call__(self, request: SummaryRequest) -> str | None: ...
+
+
+# --- summarisers ------------------------------------------------------------------------------
+
+_ROLE_LINE = re.compile(r"^(USER|ASSISTANT|SYSTEM)(?::\s*\(no text\)|:)\s*$")
+_TOOL_CALL = re.compile(r"^(?:tool_use|server_tool_use|mcp_tool_use) ([\w.:\-]+)\(")
+_PATH = re.compile(r"(?<![\w/.])(?:~|\.{1,2})?/(?:[\w.\-@+\[\]]+/)+[\w.\-@+\[\]]*[\w\]]")
+_EXTRACTIVE_HEADER = "[offline extractive summary: no model was called]"
+
+
+class ExtractiveSummariser:
+    """A deterministic stand-in for the summary model, built from the rendered region only.
+
+    It keeps: the user's typed lines (the first ones, and the latest when there are many), the
+    tools called and how often, file paths mentioned (the latest ones when there are many), the
+    number of failed tool calls, and the last lines of the region, all within the request's
+    ``max_tokens`` (counted with ``count_text``). A previous summary of its own is merged into the
+    new one (incremental, like the real summariser is asked to be); anyone else's is quoted, cut.
+    """
+
+    name = "offline-extractive"
+
+    def __init__(
+        self,
+        count_text: Callable[[str], int],
+        *,
+        user_lines: int = 12,
+        paths: int = 25,
+        tail_lines: int = 25,
+        line_chars: int = 200,
+    ) -> None:
+        self._count = count_text
+        self._user_lines = user_lines
+        self._paths = paths
+        self._tail_lines = tail_lines
+        self._line_chars = line_chars
+        self.calls = 0
+
+    def _cut(self, line: str, limit: int | None = None) -> str:
+        line = line.strip()
+        limit = self._line_chars if limit is None else limit
+        return line if len(line) <= limit else line[:limit] + "…"
+
+    @staticmethod
+    def _parse_own(previous: str) -> tuple[list[str], Counter[str], list[str], int] | None:
+        """The sections of a summary this class wrote (its tail is left out: it is older than
+        the new region's), or ``None`` for anyone else's text."""
+        lines = previous.strip().splitlines()
+        if not lines or lines[0] != _EXTRACTIVE_HEADER:
+            return None
+        user: list[str] = []
+        tools: Counter[str] = Counter()
+        paths: list[str] = []
+        errors = 0
+        section = ""
+        for line in lines[1:]:
+            if line == "User requests:":
+                section = "user"
+            elif line.startswith("Tools used: "):
+                section = ""
+                for item in line[len("Tools used: ") :].split(", "):
+                    name, _, n = item.rpartition(" x")
+                    if name and n.isdigit():
+                        tools[name] += int(n)
+            elif line.startswith("Files mentioned: "):
+                section = ""
+                paths = line[len("Files mentioned: ") :].split(", ")
+            elif line.startswith("Failed tool calls: "):
+                section = ""
+                n = line[len("Failed tool calls: ") :]
+                errors = int(n) if n.isdigit() else 0
+            elif line.startswith("Last lines of the summarised turns:"):
+                break
+            elif section == "user" and line.startswith("- "):
+                user.append(line[2:])
+        return user, tools, paths, errors
+
+    def __call__(self, request: SummaryRequest) -> str | None:
+        self.calls += 1
+        text = request.text
+        previous = ""
+        if "<previous_summary>" in text and "</previous_summary>" in text:
+            previous = text.split("<previous_summary>", 1)[1].split("</previous_summary>", 1)[0]
+        transcript = text.split("<transcript>", 1)[-1].rsplit("</transcript>", 1)[0]
+        lines = transcript.splitlines()
+
+        own = self._parse_own(previous) if previous.strip() else None
+        user: list[str] = list(own[0]) if own else []
+        tools: Counter[str] = Counter(own[1]) if own else Counter()
+        paths: list[str] = list(own[2]) if own else []
+        errors = own[3] if own else 0
+        role = ""
+        in_result = False
+        typed: list[str] = []  # the lines of one typed user text
+
+        def flush() -> None:
+            if typed:
+                user.append(self._cut(" ".join(typed)))
+                typed.clear()
+
+        for line in lines:
+            head = _ROLE_LINE.match(line)
+            if head:
+                flush()
+                role, in_result = head.group(1), False
+                continue
+            if line.startswith(("tool_result", "mcp_tool_result")):
+                flush()
+                in_result = True
+                errors += line.startswith(("tool_result (error)", "mcp_tool_result (error)"))
+                continue
+            call = _TOOL_CALL.match(line)
+            if call:
+                tools[call.group(1)] += 1
+                continue
+            if role == "USER" and not in_result and line.strip():
+                typed.append(line.strip())
+        flush()
+        for match in _PATH.finditer(transcript):
+            path = match.group(0)
+            if path in paths:
+                paths.remove(path)
+            paths.append(path)  # latest mention last
+        if len(user) > self._user_lines:  # the first requests and the latest ones
+            first = self._user_lines // 3
+            user = [*user[:first], "…", *user[len(user) - (self._user_lines - first) :]]
+        paths = [self._cut(p, 120) for p in paths[-self._paths :]]
+        tail = [self._cut(x) for x in lines if x.strip()][-self._tail_lines :]
+
+        sections: list[list[str]] = []
+        if previous.strip() and own is None:
+            quoted = [self._cut(x) for x in previous.strip().splitlines() if x.strip()]
+            sections.append(["Earlier summary (cut):", *quoted[:15]])
+        sections.append(["User requests:", *(f"- {u}" for u in user)])
+        if tools:
+            sections.append(
+                ["Tools used: " + ", ".join(f"{name} x{n}" for name, n in sorted(tools.items()))]
+            )
+        if paths:
+            sections.append(["Files mentioned: " + ", ".join(paths)])
+        if errors:
+            sections.append([f"Failed tool calls: {errors}"])
+        sections.append(["Last lines of the summarised turns:", *tail])
+
+        budget = max(1, int(request.max_tokens * 0.9))
+        out = [_EXTRACTIVE_HEADER]
+        used_tokens = self._count(out[0]) + 1
+        for section in sections:
+            for line in section:
+                cost = self._count(line) + 1
+                if used_tokens + cost > budget:
+                    break
+                out.append(line)
+                used_tokens += cost
+        return "\n".join(out)
+
+
+class UpstreamSummariser:
+    """The edge's summary call (``CompactionService._summarize``), made with the anthropic SDK
+    against ``base_url`` with the key from the environment. Failures answer ``None``."""
+
+    def __init__(self, base_url: str, api_key: str, config: SummaryConfig) -> None:
+        import anthropic
+
+        self.name = f"upstream {base_url}"
+        self.calls = 0
+        self.failures: list[str] = []
+        # the credentials travel as the edge forwards an x-api-key client's own
+        # (``summary_auth_headers``): X-Api-Key, no Authorization
+        self._auth: dict[str, Any] = {"X-Api-Key": api_key, "Authorization": anthropic.omit}
+        self._client = anthropic.Anthropic(
+            base_url=base_url,
+            api_key="unused-the-key-is-sent-as-x-api-key",
+            max_retries=config.max_retries,
+            timeout=config.timeout_seconds,
+        )
+
+    def __call__(self, request: SummaryRequest) -> str | None:
+        import anthropic
+
+        self.calls += 1
+        try:
+            message = self._client.messages.create(
+                model=request.model,
+                max_tokens=request.max_tokens,
+                system=request.system,
+                messages=[{"role": "user", "content": request.text}],
+                extra_headers=self._auth,
+            )
+        except anthropic.APIError as exc:
+            self.failures.append(type(exc).__name__)
+            return None
+        text = "".join(
+            block.text for block in message.content if isinstance(block, anthropic.types.TextBlock)
+        )
+        return text or None
+
+    def close(self) -> None:
+        self._client.close()
+
+
+# --- prefix measurement ----------------------------------------------------------------------
+
+Unit = tuple[object, ...]
+
+
+def request_units(
+    system: object, tools: object, messages: Sequence[Mapping[str, Any]], counter: TokenCounter
+) -> list[tuple[Unit, int]]:
+    """The request as the provider reads it, block by block, each with its tokens; the units'
+    tokens add up to ``counter.count_request(...).total``."""
+    units: list[tuple[Unit, int]] = []
+    if isinstance(tools, list):
+        for tool in tools:
+            units.append(
+                (("tool", strip_markers(tool)), counter.count_request(None, [tool], []).tools)
+            )
+    elif tools is not None:
+        units.append((("tool", strip_markers(tools)), counter.count_request(None, tools, []).tools))
+    if isinstance(system, list):
+        for block in system:
+            units.append((("system", strip_markers(block)), counter.count_block(block)))
+    elif system is not None:
+        units.append((("system", system), counter.count_block(system)))
+    for message in messages:
+        role = message.get("role")
+        content = message.get("content")
+        if isinstance(content, list):
+            if not content:
+                units.append((("message", role, True, None), MESSAGE_OVERHEAD))
+            for j, block in enumerate(content):
+                tokens = counter.count_block(block) + (MESSAGE_OVERHEAD if j == 0 else 0)
+                units.append((("message", role, j == 0, strip_markers(block)), tokens))
+        elif content is None:
+            units.append((("message", role, True, None), MESSAGE_OVERHEAD))
+        else:
+            units.append(
+                (("message", role, True, content), MESSAGE_OVERHEAD + counter.count_block(content))
+            )
+    return units
+
+
+def shared_prefix_tokens(
+    previous: Sequence[tuple[Unit, int]] | None, current: Sequence[tuple[Unit, int]]
+) -> int:
+    """Tokens of ``current``'s longest block-level prefix equal to ``previous``'s."""
+    if previous is None:
+        return 0
+    shared = 0
+    for (a, _), (b, tokens) in zip(previous, current, strict=False):
+        if a != b:
+            break
+        shared += tokens
+    return shared
+
+
+# --- the replay ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFigures:
+    """One request of the replay."""
+
+    turn: int  # 1-based request number
+    messages: int  # k: the request is messages[:k]
+    forwarded_messages: int  # messages in the view the proxy would forward
+    tokens_before: int
+    tokens_after: int
+    layers: tuple[str, ...]
+    plan: str  # new / reused / none
+    summary: str  # ok / failed / skipped
+    summary_call: bool
+    compaction_id: str | None
+    over_hard_limit: bool  # the edge would answer 400 and forward nothing
+    forwarded: bool
+    valid: bool | None  # validate_messages on the forwarded view (None: not forwarded)
+    violation: str | None
+    request_tokens: int  # the forwarded request (tools + system + view), counted again
+    prefix_tokens: int  # of it, the block-level prefix shared with the previous forwarded one
+    client_compacted: CompactionBoundary | None  # the source's client compacted before this
+    source_context_tokens: int | None  # the source's own context size for this request
+    seconds: float
+
+    @property
+    def event(self) -> bool:
+        return self.plan == "new"
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["layers"] = list(self.layers)
+        data["compaction_event"] = self.event
+        data["prefix_share"] = (
+            self.prefix_tokens / self.request_tokens if self.request_tokens else None
+        )
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    conversation: Conversation
+    policy: CompactionPolicy
+    summariser: str
+    offline: bool
+    turns: tuple[TurnFigures, ...]
+    seconds: float
+    summary_failures: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    # --- totals ---
+    @property
+    def compaction_events(self) -> int:
+        return sum(t.event for t in self.turns)
+
+    @property
+    def summary_calls(self) -> int:
+        return sum(t.summary_call for t in self.turns)
+
+    @property
+    def invalid_views(self) -> int:
+        return sum(t.valid is False for t in self.turns)
+
+    @property
+    def over_hard_limit(self) -> int:
+        return sum(t.over_hard_limit for t in self.turns)
+
+    @property
+    def prefix_stable_share(self) -> float:
+        total = sum(t.request_tokens for t in self.turns if t.forwarded)
+        shared = sum(t.prefix_tokens for t in self.turns if t.forwarded)
+        return shared / total if total else 1.0
+
+    def totals(self) -> dict[str, Any]:
+        turns = self.turns
+        last = turns[-1] if turns else None
+        plans = Counter(t.plan for t in turns)
+        summaries = Counter(t.summary for t in turns if t.summary_call)
+        layers: Counter[str] = Counter()
+        for t in turns:
+            if t.event:
+                layers.update(t.layers)
+        violations = [t.violation for t in turns if t.violation]
+        before_sum = sum(t.tokens_before for t in turns)
+        after_sum = sum(t.tokens_after for t in turns if t.forwarded)
+        return {
+            "requests": len(turns),
+            "messages": len(self.conversation.messages),
+            "tool_uses": self.conversation.tool_uses,
+            "tokens_before_final": last.tokens_before if last else 0,
+            "tokens_after_final": last.tokens_after if last else 0,
+            "tokens_before_max": max((t.tokens_before for t in turns), default=0),
+            "tokens_after_max": max((t.tokens_after for t in turns if t.forwarded), default=0),
+            "tokens_before_sum": before_sum,
+            "tokens_after_sum": after_sum,
+            "compaction_events": self.compaction_events,
+            "plans": {k: plans.get(k, 0) for k in ("new", "reused", "none")},
+            "layers_in_events": dict(layers),
+            "summary_calls": self.summary_calls,
+            "summaries": {k: summaries.get(k, 0) for k in ("ok", "failed")},
+            "invalid_views": self.invalid_views,
+            "first_violation": violations[0] if violations else None,
+            "over_hard_limit_turns": self.over_hard_limit,
+            "over_threshold_turns": sum(
+                t.forwarded and t.tokens_after > self.policy.threshold for t in turns
+            ),
+            "prefix_shared_tokens": sum(t.prefix_tokens for t in turns if t.forwarded),
+            "prefix_request_tokens": sum(t.request_tokens for t in turns if t.forwarded),
+            "prefix_stable_share": self.prefix_stable_share,
+            "seconds": self.seconds,
+        }
+
+
+def _boundary_turns(
+    boundaries: Sequence[CompactionBoundary], ks: Sequence[int]
+) -> dict[int, CompactionBoundary]:
+    """For each source compaction, the request the source's client sent right after it: the
+    first ``messages[:k]`` with ``k >= message_index`` (it produced ``messages[message_index]``)."""
+    out: dict[int, CompactionBoundary] = {}
+    for b in boundaries:
+        k = next((k for k in ks if k >= b.message_index), None)
+        if k is not None:
+            out.setdefault(k, b)
+    return out
+
+
+def run_replay(
+    conversation: Conversation,
+    policy: CompactionPolicy,
+    summariser: Summariser,
+    *,
+    offline: bool,
+    counter: TokenCounter | None = None,
+    plans: PlanCache | None = None,
+    progress: bool = False,
+    max_plans: int = 10_000,
+) -> ReplayResult:
+    """Replay every request of ``conversation`` through the engine; see the module docstring."""
+    from tqdm import tqdm
+
+    counter = counter if counter is not None else TokenCounter()
+    plans = plans if plans is not None else PlanCache(max_plans)
+    messages = conversation.messages
+    system, tools = conversation.system, conversation.tools
+    model = conversation.model or "claude-sonnet-4-5"
+    ks = [k for k in range(1, len(messages) + 1) if messages[k - 1].get("role") == "user"]
+    client_compactions = _boundary_turns(conversation.boundaries, ks)
+    failures: list[str] = []
+    turns: list[TurnFigures] = []
+    previous: list[tuple[Unit, int]] | None = None
+    started = time.perf_counter()
+    bar = tqdm(
+        ks,
+        desc="replay",
+        unit="req",
+        disable=not progress,
+        leave=False,
+        dynamic_ncols=True,
+        file=sys.stderr,
+    )
+    try:
+        for turn, k in enumerate(bar, start=1):
+            t0 = time.perf_counter()
+            request = messages[:k]
+            outcome = compact(
+                CompactionInput(system, tools, request, model), policy, counter, plans, TENANT
+            )
+            called = False
+            if isinstance(outcome, Done):
+                result: CompactionResult = outcome.result
+            else:
+                called = True
+                text = summariser(outcome.summary_request)
+                result = finish(outcome.continuation, text)
+            forwarded = not result.over_hard_limit
+            view = result.messages if result.changed else list(request)
+            violation = validate_messages(list(view)) if forwarded else None
+            units = request_units(system, tools, view, counter)
+            request_tokens = sum(t for _, t in units)
+            prefix = shared_prefix_tokens(previous, units) if forwarded else 0
+            if forwarded:
+                previous = units
+            turns.append(
+                TurnFigures(
+                    turn=turn,
+                    messages=k,
+                    forwarded_messages=len(view),
+                    tokens_before=result.tokens_before,
+                    tokens_after=result.tokens_after,
+                    layers=tuple(result.layers),
+                    plan=result.plan_status,
+                    summary=result.summary_status,
+                    summary_call=called,
+                    compaction_id=result.compaction_id if result.changed else None,
+                    over_hard_limit=result.over_hard_limit,
+                    forwarded=forwarded,
+                    valid=(violation is None) if forwarded else None,
+                    violation=violation.message if violation is not None else None,
+                    request_tokens=request_tokens,
+                    prefix_tokens=prefix,
+                    client_compacted=client_compactions.get(k),
+                    source_context_tokens=conversation.source_context.get(k),
+                    seconds=time.perf_counter() - t0,
+                )
+            )
+            if progress:
+                bar.set_postfix(
+                    tokens=f"{result.tokens_before}->{result.tokens_after}",
+                    events=sum(t.event for t in turns),
+                    refresh=False,
+                )
+    finally:
+        bar.close()
+    fails = getattr(summariser, "failures", None)
+    if isinstance(fails, list):
+        failures.extend(str(f) for f in fails)
+    return ReplayResult(
+        conversation=conversation,
+        policy=policy,
+        summariser=summariser.name,
+        offline=offline,
+        turns=tuple(turns),
+        seconds=time.perf_counter() - started,
+        summary_failures=tuple(failures),
+    )
+
+
+def with_overrides(
+    policy: CompactionPolicy, threshold: int | None, hard_limit: int | None
+) -> CompactionPolicy:
+    """``policy`` with the command line's ``--threshold`` / ``--hard-limit`` (validated again)."""
+    changes: dict[str, int] = {}
+    if threshold is not None:
+        changes["threshold"] = threshold
+    if hard_limit is not None:
+        changes["hard_limit"] = hard_limit
+    return dataclasses.replace(policy, **changes) if changes else policy  # type: ignore[arg-type]
