@@ -34,8 +34,8 @@ from proxy.server.forward import (
     read_limited,
     request_headers_for_upstream,
 )
-from proxy.server.usage import UsageTap
 from proxy.server.metrics import CONTENT_TYPE, Metrics, new_metrics
+from proxy.server.usage import UsageTap
 
 log = logging.getLogger("context_proxy.app")
 
