@@ -32,6 +32,11 @@ def _user_turn_ends(messages: list[dict[str, Any]]) -> list[int]:
     return [k for k in range(1, len(messages) + 1) if messages[k - 1]["role"] == "user"]
 
 
+def _turn_at_least(transcript: dict[str, Any], n: int) -> int:
+    """The first request (messages[:k] ending on a user turn) with k >= n: over SMALL's threshold."""
+    return next(k for k in _user_turn_ends(transcript["messages"]) if k >= n)
+
+
 def _client(proxy: ProxyServer, **headers: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0, default_headers=headers)
 
@@ -107,7 +112,7 @@ def test_long_conversation_is_compacted_then_the_plan_is_reused(upstream: FakeUp
 
 def test_streaming_answers_carry_the_headers(upstream: FakeUpstream, make_proxy: Any, transcript: dict[str, Any]) -> None:
     proxy = make_proxy(compaction=SMALL)
-    k = [k for k in _user_turn_ends(transcript["messages"]) if k >= 90][0]
+    k = _turn_at_least(transcript, 90)
     with _client(proxy).messages.with_streaming_response.create(
         model="claude-fake-1", max_tokens=100, messages=transcript["messages"][:k], stream=True
     ) as response:
@@ -118,7 +123,7 @@ def test_streaming_answers_carry_the_headers(upstream: FakeUpstream, make_proxy:
 def test_summary_failure_keeps_history_and_is_reported(upstream: FakeUpstream, make_proxy: Any, transcript: dict[str, Any]) -> None:
     proxy = make_proxy(compaction={**SMALL, "summary": {"model": SUMMARY_MODEL, "max_retries": 0}})
     upstream.script(Reply({"type": "error", "error": {"type": "api_error", "message": "boom"}}, status=500))
-    k = [k for k in _user_turn_ends(transcript["messages"]) if k >= 90][0]
+    k = _turn_at_least(transcript, 90)
     r = _create(_client(proxy), transcript, k)
     assert r.status_code == 200
     assert r.headers["x-compaction-summary"] == "failed"
@@ -132,7 +137,7 @@ def test_summary_failure_keeps_history_and_is_reported(upstream: FakeUpstream, m
 
 def test_opt_out_header_forwards_untouched(upstream: FakeUpstream, make_proxy: Any, transcript: dict[str, Any]) -> None:
     proxy = make_proxy(compaction=SMALL)
-    k = [k for k in _user_turn_ends(transcript["messages"]) if k >= 90][0]
+    k = _turn_at_least(transcript, 90)
     body = orjson.dumps({"model": "m", "max_tokens": 5, "messages": transcript["messages"][:k]})
     r = httpx.post(proxy.url + "/v1/messages", content=body, headers={"x-api-key": KEY, "x-compaction": "off"}, timeout=30)
     assert upstream.requests[-1].body == body
@@ -151,7 +156,7 @@ def test_opt_out_header_forwards_untouched(upstream: FakeUpstream, make_proxy: A
 )
 def test_server_side_context_management_defers(upstream: FakeUpstream, make_proxy: Any, transcript: dict[str, Any], edits: list[Any], deferred: bool) -> None:
     proxy = make_proxy(compaction=SMALL)
-    k = [k for k in _user_turn_ends(transcript["messages"]) if k >= 90][0]
+    k = _turn_at_least(transcript, 90)
     body = orjson.dumps({"model": "m", "max_tokens": 5, "messages": transcript["messages"][:k], "context_management": {"edits": edits}})
     r = httpx.post(proxy.url + "/v1/messages?beta=true", content=body, headers={"x-api-key": KEY}, timeout=30)
     if deferred:
@@ -179,7 +184,7 @@ def test_over_the_hard_limit_is_refused_without_calling_the_provider(upstream: F
 def test_count_tokens_forwards_the_compacted_view(upstream: FakeUpstream, make_proxy: Any, transcript: dict[str, Any]) -> None:
     proxy = make_proxy(compaction=SMALL)
     client = _client(proxy)
-    k = [k for k in _user_turn_ends(transcript["messages"]) if k >= 90][0]
+    k = _turn_at_least(transcript, 90)
     created = _create(client, transcript, k)
     upstream.script(Reply({"input_tokens": 12345}))
     counted = client.messages.with_raw_response.count_tokens(model="claude-fake-1", messages=transcript["messages"][:k], tools=transcript["tools"])
@@ -211,7 +216,7 @@ def test_calibration_uses_the_providers_real_input_size(upstream: FakeUpstream, 
 
 
 def test_large_requests_are_compacted_off_the_loop_with_the_same_result(upstream: FakeUpstream, make_proxy: Any, transcript: dict[str, Any]) -> None:
-    k = [k for k in _user_turn_ends(transcript["messages"]) if k >= 90][0]
+    k = _turn_at_least(transcript, 90)
     bodies = []
     for offload in (1, 10**9):
         proxy = make_proxy(compaction={**SMALL, "offload_bytes": offload})

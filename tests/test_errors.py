@@ -143,7 +143,7 @@ def test_overloaded_and_draining_are_529_with_retry_after(upstream: FakeUpstream
     assert first["r"].status_code == 200
     assert len(upstream.requests) == 1
 
-    from proxy.server.app import STATE
+    from proxy.server.appkeys import STATE
 
     proxy.app[STATE].draining = True
     r = _post(proxy, orjson.dumps(GOOD))

@@ -9,7 +9,6 @@ import logging
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -27,6 +26,7 @@ from proxy.errors import (
     error_body,
     new_request_id,
 )
+from proxy.server.appkeys import COMPACTION, CONFIG, FORWARDER, METRICS, STATE, ProxyState
 from proxy.server.compaction import OPT_OUT_HEADER, CompactionService
 from proxy.server.forward import (
     MESSAGES_ACCEPT_ENCODING,
@@ -34,7 +34,7 @@ from proxy.server.forward import (
     read_limited,
     request_headers_for_upstream,
 )
-from proxy.server.metrics import CONTENT_TYPE, Metrics, new_metrics
+from proxy.server.metrics import CONTENT_TYPE, new_metrics
 from proxy.server.usage import UsageTap
 
 log = logging.getLogger("context_proxy.app")
@@ -42,21 +42,6 @@ log = logging.getLogger("context_proxy.app")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ReadinessCheck = Callable[[], Awaitable[bool]]
 
-
-@dataclass(slots=True)
-class ProxyState:
-    """Mutable per-process state the handlers share."""
-
-    draining: bool = False
-    inflight: int = 0
-    readiness_checks: list[ReadinessCheck] = field(default_factory=list)
-
-
-CONFIG = web.AppKey("config", Config)
-METRICS = web.AppKey("metrics", Metrics)
-STATE = web.AppKey("state", ProxyState)
-FORWARDER = web.AppKey("forwarder", Forwarder)
-COMPACTION = web.AppKey("compaction", CompactionService)
 
 # Single-tenant until tenant policies exist; every per-tenant structure is keyed by it already.
 DEFAULT_TENANT = "default"

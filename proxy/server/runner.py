@@ -9,7 +9,8 @@ import signal
 from aiohttp import web
 
 from proxy.config import Config
-from proxy.server.app import FORWARDER, STATE, build_app
+from proxy.server.app import build_app
+from proxy.server.appkeys import FORWARDER, STATE
 
 log = logging.getLogger("context_proxy.runner")
 

@@ -1,0 +1,35 @@
+"""Typed application keys and the per-process state the handlers share.
+
+Modules of the edge (routes, admin API, lifecycle) import the keys from here, not from each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from proxy.config import Config
+from proxy.server.compaction import CompactionService
+from proxy.server.forward import Forwarder
+from proxy.server.metrics import Metrics
+
+ReadinessCheck = Callable[[], Awaitable[bool]]
+
+
+@dataclass(slots=True)
+class ProxyState:
+    """Mutable per-process state the handlers share."""
+
+    draining: bool = False
+    inflight: int = 0
+    readiness_checks: list[ReadinessCheck] = field(default_factory=list)
+
+
+CONFIG = web.AppKey("config", Config)
+METRICS = web.AppKey("metrics", Metrics)
+STATE = web.AppKey("state", ProxyState)
+FORWARDER = web.AppKey("forwarder", Forwarder)
+COMPACTION = web.AppKey("compaction", CompactionService)
+

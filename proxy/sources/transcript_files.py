@@ -1,0 +1,166 @@
+"""Write a session's transcript as ``<root>/<session>.jsonl``, the layout the resolver verifies.
+
+One JSON object per line, in this key order::
+
+    {"schema_version": 1, "sequence": 1, "recorded_at": "...", "session_id": "...",
+     "event_id": "...", "type": "...", "role": "..." | null, "content": ...}
+
+Append-only and crash-tolerant:
+
+* the file is opened relative to the root's fd with ``O_NOFOLLOW`` (a symlink is refused) and must
+  be a regular file; appends take an exclusive ``flock`` so concurrent writers (threads or
+  processes) get contiguous, unique sequences;
+* the next sequence follows the file's last complete record, which must belong to this session
+  (otherwise nothing is written: ``ValueError``). Only the tail is read, not the whole file;
+* a final line without its newline is the remains of a writer that died mid-append; readers never
+  count it as a record, so it is truncated away before appending;
+* all of a call's events are serialised first (a bad event writes nothing), written with one
+  ``O_APPEND`` write, then ``fsync``-ed; a new file's directory entry is ``fsync``-ed too.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from proxy.core.pointers import (
+    MAX_SEQUENCE,
+    TranscriptPointer,
+    format_pointer,
+    is_valid_session_id,
+)
+from proxy.sources.layout import fsync_dir, open_root_for_writing, transcript_file_name
+
+__all__ = ["SCHEMA_VERSION", "TranscriptEvent", "append_events"]
+
+SCHEMA_VERSION = 1
+_WRITE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+_TAIL_BLOCK = 64 << 10
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptEvent:
+    """One event to append; the writer assigns ``sequence`` and ``session_id``."""
+
+    event_id: str
+    type: str
+    role: str | None
+    content: object
+    recorded_at: str  # ISO 8601, UTC, chosen by the caller (the writer reads no clock)
+
+    def __post_init__(self) -> None:
+        for name in ("event_id", "type", "recorded_at"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"TranscriptEvent.{name} must be a non-empty string")
+        if self.role is not None and not isinstance(self.role, str):
+            raise ValueError("TranscriptEvent.role must be a string or None")
+
+
+def append_events(
+    root: str,
+    session: str,
+    events: Sequence[TranscriptEvent],
+    *,
+    max_record_bytes: int = 1 << 20,
+) -> tuple[str, ...]:
+    """Append ``events`` to the session's transcript; return their ``transcript:`` pointers."""
+    if not is_valid_session_id(session):
+        raise ValueError("invalid session id")
+    if not events:
+        return ()
+    root_fd = open_root_for_writing(root)
+    try:
+        fd = os.open(transcript_file_name(session), _WRITE_FLAGS, 0o600, dir_fd=root_fd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError("the transcript is not a regular file")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            size = os.fstat(fd).st_size
+            last = _last_sequence(fd, size, session, max_record_bytes)
+            if last + len(events) > MAX_SEQUENCE:
+                raise ValueError("transcript sequence space exhausted")
+            lines = [
+                _serialise(session, last + i, event, max_record_bytes)
+                for i, event in enumerate(events, start=1)
+            ]
+            if lines:
+                _write_all(fd, b"".join(lines))
+                os.fsync(fd)
+                if size == 0:
+                    fsync_dir(root_fd)
+        finally:
+            os.close(fd)  # also releases the lock
+    finally:
+        os.close(root_fd)
+    return tuple(
+        format_pointer(TranscriptPointer(session, last + i)) for i in range(1, len(events) + 1)
+    )
+
+
+def _serialise(session: str, sequence: int, event: TranscriptEvent, limit: int) -> bytes:
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "sequence": sequence,
+        "recorded_at": event.recorded_at,
+        "session_id": session,
+        "event_id": event.event_id,
+        "type": event.type,
+        "role": event.role,
+        "content": event.content,
+    }
+    line = orjson.dumps(record)  # compact: never a raw newline inside
+    if len(line) > limit:
+        raise ValueError("transcript event exceeds the record size bound")
+    return line + b"\n"
+
+
+def _last_sequence(fd: int, size: int, session: str, limit: int) -> int:
+    """The sequence of the last complete record (0 if none); drops a partial final line."""
+    pos = size
+    data = b""
+    while True:
+        end = data.rfind(b"\n")
+        if end >= 0:
+            previous = data.rfind(b"\n", 0, end)
+            if previous >= 0 or pos == 0:
+                complete_end = pos + end + 1
+                line = data[previous + 1 : end]
+                break
+        elif pos == 0:
+            complete_end, line = 0, b""
+            break
+        if size - pos > 2 * limit + 2:
+            raise ValueError("the transcript's last record exceeds the record size bound")
+        step = min(_TAIL_BLOCK, pos)
+        pos -= step
+        data = os.pread(fd, step, pos) + data
+    if complete_end < size:
+        os.ftruncate(fd, complete_end)
+    if complete_end == 0:
+        return 0
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        record = None
+    sequence = record.get("sequence") if isinstance(record, dict) else None
+    if (
+        not isinstance(record, dict)
+        or record.get("session_id") != session
+        or type(sequence) is not int
+        or not 1 <= sequence <= MAX_SEQUENCE
+    ):
+        raise ValueError("the existing transcript does not end with a record of this session")
+    return sequence
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

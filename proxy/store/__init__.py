@@ -1,0 +1,73 @@
+"""The session store: durable state, transcripts and compaction manifests, keyed by tenant.
+
+``await open_store(config.store_url)`` gives a :class:`Store`. URLs:
+
+* ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` (three slashes, then the
+  path, as ``Config.store_url`` builds it from ``state_dir``): the embedded SQLite backend;
+* ``postgresql://...`` / ``postgres://...``: a later issue.
+"""
+
+from __future__ import annotations
+
+from proxy.store.base import (
+    EMPTY_PREFIX,
+    AppliedMigration,
+    DuplicateEvent,
+    HistoryEntry,
+    ManifestConflict,
+    Prefix,
+    PrefixConflict,
+    RecordedEvent,
+    Store,
+    StoredManifest,
+    StoreError,
+    StoreUnavailable,
+    TranscriptEvent,
+)
+from proxy.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SQLiteStore
+
+__all__ = [
+    "EMPTY_PREFIX",
+    "AppliedMigration",
+    "DuplicateEvent",
+    "HistoryEntry",
+    "ManifestConflict",
+    "Prefix",
+    "PrefixConflict",
+    "RecordedEvent",
+    "SQLiteStore",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "StoredManifest",
+    "TranscriptEvent",
+    "open_store",
+    "sqlite_path",
+]
+
+_SQLITE_PREFIX = "sqlite:///"
+
+
+def sqlite_path(url: str) -> str:
+    """The file path of a ``sqlite:///`` URL; ``ValueError`` for anything else."""
+    if not url.startswith(_SQLITE_PREFIX):
+        raise ValueError("expected a store URL like sqlite:///path/to/file.db")
+    path = url[len(_SQLITE_PREFIX) :]
+    if not path or path == ":memory:" or path.endswith("/"):
+        raise ValueError("a sqlite store URL needs a file path (sqlite:///path/to/file.db)")
+    return path
+
+
+async def open_store(url: str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> Store:
+    """Open the store at ``url``, creating and migrating it as needed.
+
+    Raises ``ValueError`` for a URL this proxy cannot use (the message never repeats the URL: a
+    PostgreSQL URL may carry a password) and ``StoreUnavailable`` when the database cannot be
+    opened.
+    """
+    scheme = url.split(":", 1)[0]
+    if scheme == "sqlite":
+        return await SQLiteStore.open(sqlite_path(url), busy_timeout_ms=busy_timeout_ms)
+    if scheme in ("postgresql", "postgres"):
+        raise ValueError("the PostgreSQL store is not available yet; use sqlite:///path.db")
+    raise ValueError("expected a store URL: sqlite:///path/to/file.db")

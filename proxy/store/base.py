@@ -1,0 +1,290 @@
+"""The session store's interface: an async :class:`Store` protocol over backend-neutral values.
+
+Every method takes the tenant first; nothing a method returns or changes crosses tenants. A
+backend (SQLite now, PostgreSQL later) implements the protocol; callers never see SQL, a
+connection or a backend's exceptions. Errors::
+
+    StoreError                  base
+    ├── StoreUnavailable        the database cannot be opened, read or written (I/O, locked
+    │                           beyond the busy timeout, closed store); the edge answers 503 /
+    │                           renders the "store unavailable" block
+    ├── PrefixConflict          append_transcript(expected_prefix=...) found another prefix
+    ├── DuplicateEvent          an event_id already recorded in the session
+    └── ManifestConflict        a different manifest already stored under the compaction id
+    InvalidWrite (ValueError)   from proxy.core.durable: field-named errors, nothing written (422)
+
+Transcripts: per (tenant, session), events get sequence numbers 1, 2, 3... with no gap and no
+duplicate, even with concurrent appenders in several processes. An append also records the
+session's *prefix*: how many of the conversation's messages are recorded so far and their rolling
+hash (whatever the caller uses, e.g. ``proxy.core.compaction.plan.prefix_hashes``), so the next
+request can tell which of its messages are new. Every stored event keeps the prefix recorded with
+its batch.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import orjson
+
+from proxy.core.durable import (
+    Change,
+    ChangeEvent,
+    DurableState,
+    FieldError,
+    InvalidWrite,
+    check_timestamp,
+)
+from proxy.core.pointers import TranscriptPointer, format_pointer, is_valid_session_id
+
+__all__ = [
+    "DEFAULT_EVENT_LIMIT",
+    "EMPTY_PREFIX",
+    "AppliedMigration",
+    "DuplicateEvent",
+    "EventType",
+    "HistoryEntry",
+    "ManifestConflict",
+    "Prefix",
+    "PrefixConflict",
+    "RecordedEvent",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "StoredManifest",
+    "TranscriptEvent",
+    "check_keys",
+    "check_prefix",
+    "encode_events",
+    "encode_manifest",
+]
+
+EventType = Literal["message", "answer"]
+EVENT_TYPES: tuple[EventType, ...] = ("message", "answer")
+DEFAULT_EVENT_LIMIT = 1000
+MAX_TENANT_CHARS = 200
+
+
+class StoreError(Exception):
+    """Base of the store's own errors. Messages never contain paths, URLs or content."""
+
+
+class StoreUnavailable(StoreError):
+    pass
+
+
+class PrefixConflict(StoreError):
+    def __init__(self, current: Prefix) -> None:
+        super().__init__("the session's recorded prefix changed")
+        self.current = current
+
+
+class DuplicateEvent(StoreError):
+    pass
+
+
+class ManifestConflict(StoreError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Prefix:
+    """``count`` messages recorded, with rolling hash ``hash``; ``Prefix(0, "")`` = nothing yet."""
+
+    count: int
+    hash: str
+
+
+EMPTY_PREFIX = Prefix(0, "")
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptEvent:
+    event_id: str
+    recorded_at: str  # ISO 8601 with an offset
+    type: EventType
+    role: str
+    content: Any  # JSON: what orjson serialises (str keys, 64-bit ints)
+    complete: bool  # False for a cut or cancelled stream
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedEvent:
+    session: str
+    seq: int
+    event: TranscriptEvent
+    prefix_count: int  # the prefix recorded with this event's batch
+    prefix_hash: str
+
+    @property
+    def pointer(self) -> str:
+        """``transcript:<session>:<seq>``."""
+        return format_pointer(TranscriptPointer(self.session, self.seq))
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One durable change as recorded: its position in the session's history and when."""
+
+    seq: int
+    recorded_at: str
+    event: ChangeEvent
+
+
+@dataclass(frozen=True, slots=True)
+class StoredManifest:
+    compaction_id: str
+    session: str
+    manifest_json: str
+    stored_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedMigration:
+    version: int
+    name: str
+    applied_at: str
+
+
+class Store(Protocol):
+    """The session store. Every write the methods acknowledge (return from) is durable."""
+
+    async def write_changes(
+        self, tenant: str, session: str, changes: Sequence[Change]
+    ) -> tuple[int, ...]:
+        """Validate ``changes`` against the current state and append them, all or nothing.
+
+        Returns the item version each change produced. Raises ``InvalidWrite``.
+        """
+        ...
+
+    async def current_state(self, tenant: str, session: str) -> DurableState: ...
+
+    async def history(self, tenant: str, session: str) -> tuple[HistoryEntry, ...]: ...
+
+    async def append_transcript(
+        self,
+        tenant: str,
+        session: str,
+        events: Sequence[TranscriptEvent],
+        prefix_count: int,
+        prefix_hash: str,
+        *,
+        expected_prefix: Prefix | None = None,
+    ) -> int:
+        """Append ``events`` (at least one) atomically and record the session's new prefix.
+
+        Returns the first event's sequence number. With ``expected_prefix``, the append happens
+        only if that is still the recorded prefix (else ``PrefixConflict``, nothing written).
+        """
+        ...
+
+    async def transcript_events(
+        self, tenant: str, session: str, after_seq: int = 0, limit: int = DEFAULT_EVENT_LIMIT
+    ) -> tuple[RecordedEvent, ...]: ...
+
+    async def recorded_prefix(self, tenant: str, session: str) -> Prefix: ...
+
+    async def put_manifest(
+        self, tenant: str, compaction_id: str, session: str, manifest_json: str
+    ) -> None:
+        """Store a manifest once; storing the identical one again is a no-op."""
+        ...
+
+    async def get_manifest(self, tenant: str, compaction_id: str) -> StoredManifest | None: ...
+
+    async def list_sessions(self, tenant: str) -> tuple[str, ...]: ...
+
+    async def applied_migrations(self) -> tuple[AppliedMigration, ...]: ...
+
+    async def ping(self) -> bool:
+        """True when the database answers a read (for ``/readyz``); never raises."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+# -- checks shared by backends (pure) ----------------------------------------------------------
+
+
+def check_keys(tenant: object, session: object | None = None) -> None:
+    """Raise ``InvalidWrite`` unless the tenant (and session id) are usable keys."""
+    errors: list[FieldError] = []
+    if (
+        not isinstance(tenant, str)
+        or not tenant
+        or len(tenant) > MAX_TENANT_CHARS
+        or any(unicodedata.category(ch).startswith(("C", "Z")) for ch in tenant)
+    ):
+        errors.append(FieldError("tenant", "expected a non-empty tenant id without spaces"))
+    if session is not None and not is_valid_session_id(session):
+        errors.append(FieldError("session", "not a valid session id"))
+    if errors:
+        raise InvalidWrite(errors)
+
+
+def encode_events(events: Sequence[TranscriptEvent]) -> list[bytes]:
+    """Each event's content as JSON bytes; ``InvalidWrite`` naming every bad field."""
+    if not events:
+        raise InvalidWrite([FieldError("events", "expected at least one event")])
+    errors: list[FieldError] = []
+    encoded: list[bytes] = []
+    seen: set[str] = set()
+    for i, event in enumerate(events):
+        prefix = f"events[{i}]"
+        if not isinstance(event, TranscriptEvent):
+            errors.append(FieldError(prefix, "expected a transcript event"))
+            continue
+        if not isinstance(event.event_id, str) or not event.event_id.strip():
+            errors.append(FieldError(f"{prefix}.event_id", "expected a non-empty id"))
+        elif event.event_id in seen:
+            errors.append(FieldError(f"{prefix}.event_id", "repeated in this batch"))
+        else:
+            seen.add(event.event_id)
+        problem = check_timestamp(event.recorded_at)
+        if problem:
+            errors.append(FieldError(f"{prefix}.recorded_at", problem))
+        if event.type not in EVENT_TYPES:
+            errors.append(FieldError(f"{prefix}.type", "expected message or answer"))
+        if not isinstance(event.role, str) or not event.role:
+            errors.append(FieldError(f"{prefix}.role", "expected a non-empty role"))
+        if not isinstance(event.complete, bool):
+            errors.append(FieldError(f"{prefix}.complete", "expected true or false"))
+        try:
+            encoded.append(orjson.dumps(event.content))
+        except TypeError:
+            errors.append(FieldError(f"{prefix}.content", "not JSON-serialisable"))
+    if errors:
+        raise InvalidWrite(errors)
+    return encoded
+
+
+def check_prefix(prefix_count: object, prefix_hash: object) -> None:
+    errors: list[FieldError] = []
+    if isinstance(prefix_count, bool) or not isinstance(prefix_count, int) or prefix_count < 0:
+        errors.append(FieldError("prefix_count", "expected an integer >= 0"))
+    if not isinstance(prefix_hash, str):
+        errors.append(FieldError("prefix_hash", "expected a string"))
+    if errors:
+        raise InvalidWrite(errors)
+
+
+def encode_manifest(compaction_id: object, manifest_json: object) -> str:
+    """The manifest text, checked to be one JSON value; ``InvalidWrite`` otherwise."""
+    errors: list[FieldError] = []
+    if not isinstance(compaction_id, str) or not compaction_id.strip():
+        errors.append(FieldError("compaction_id", "expected a non-empty id"))
+    if not isinstance(manifest_json, str):
+        errors.append(FieldError("manifest_json", "expected JSON text"))
+    else:
+        try:
+            orjson.loads(manifest_json)
+        except orjson.JSONDecodeError:
+            errors.append(FieldError("manifest_json", "not valid JSON"))
+    if errors:
+        raise InvalidWrite(errors)
+    assert isinstance(manifest_json, str)
+    return manifest_json

@@ -1,0 +1,470 @@
+"""The SQLite backend: one file, WAL mode, driven from one worker thread per store.
+
+* The stdlib ``sqlite3`` connection lives in a dedicated thread (a one-worker executor): every
+  method sends a small function there and awaits its result, so the event loop never blocks on
+  disk and the connection is only ever used by the thread that opened it. Calls of one store run
+  one at a time, in order.
+* ``journal_mode=WAL`` (readers never block the writer), ``synchronous=FULL`` (a commit that
+  returned survives power loss, not only a process crash: every write a method acknowledges is one
+  the proxy may have told a client about), ``busy_timeout`` (several processes or stores may share
+  the file; a writer waits for the lock instead of failing at once).
+* Every read-then-write runs in ``BEGIN IMMEDIATE``: the write lock is taken before the read, so
+  two appenders cannot both see ``last_seq = 7`` and both write 8.
+* Durable state is derived by folding the session's history (``proxy.core.durable.apply``). The
+  history is append-only with a gap-free ``seq`` per session, so the store keeps the folded view
+  of recently used sessions in memory and reads only the rows after the last ``seq`` it folded.
+* sqlite3 errors become :class:`StoreUnavailable` in one place (:meth:`SQLiteStore._call`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from proxy.core.durable import (
+    EMPTY_STATE,
+    Change,
+    ChangeEvent,
+    DurableState,
+    FieldError,
+    InvalidWrite,
+    apply,
+    change_from_json,
+    change_to_json,
+    prepare_changes,
+)
+from proxy.store.base import (
+    DEFAULT_EVENT_LIMIT,
+    EMPTY_PREFIX,
+    AppliedMigration,
+    DuplicateEvent,
+    HistoryEntry,
+    ManifestConflict,
+    Prefix,
+    PrefixConflict,
+    RecordedEvent,
+    StoredManifest,
+    StoreError,
+    StoreUnavailable,
+    TranscriptEvent,
+    check_keys,
+    check_prefix,
+    encode_events,
+    encode_manifest,
+)
+from proxy.store.migrations import migrate
+
+__all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "SQLiteStore"]
+
+T = TypeVar("T")
+
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+MAX_EVENT_LIMIT = 10_000
+PING_TIMEOUT_SECONDS = 5.0
+_STATE_CACHE_SESSIONS = 512
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """A ``BEGIN IMMEDIATE`` transaction: committed on success, rolled back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            # The original error is what matters; a failed rollback (connection broken) adds
+            # nothing, and SQLite rolls back an open transaction when the connection closes.
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+
+
+def _touch_session(conn: sqlite3.Connection, tenant: str, session: str, now: str) -> None:
+    conn.execute(
+        "INSERT INTO sessions (tenant, session, created_at, updated_at) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (tenant, session) DO UPDATE SET updated_at = excluded.updated_at",
+        (tenant, session, now, now),
+    )
+
+
+def _history_rows(
+    conn: sqlite3.Connection, tenant: str, session: str, after_seq: int
+) -> list[tuple[int, str, ChangeEvent]]:
+    rows = conn.execute(
+        "SELECT seq, recorded_at, version, body FROM durable_changes"
+        " WHERE tenant = ? AND session = ? AND seq > ? ORDER BY seq",
+        (tenant, session, after_seq),
+    ).fetchall()
+    return [
+        (seq, recorded_at, ChangeEvent(version, change_from_json(orjson.loads(body))))
+        for seq, recorded_at, version, body in rows
+    ]
+
+
+def _event_from_row(session: str, row: tuple[Any, ...]) -> RecordedEvent:
+    seq, event_id, recorded_at, type_, role, content, complete, prefix_count, prefix_hash = row
+    event = TranscriptEvent(
+        event_id, recorded_at, type_, role, orjson.loads(content), bool(complete)
+    )
+    return RecordedEvent(session, seq, event, prefix_count, prefix_hash)
+
+
+class SQLiteStore:
+    """A :class:`proxy.store.base.Store` on one SQLite file. Make one with :meth:`open`."""
+
+    def __init__(self, path: Path, busy_timeout_ms: int) -> None:
+        self._path = path
+        self._busy_timeout_ms = busy_timeout_ms
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._closed = False
+        # (tenant, session) -> (last folded seq, state); used only in the worker thread.
+        self._states: OrderedDict[tuple[str, str], tuple[int, DurableState]] = OrderedDict()
+
+    @classmethod
+    async def open(
+        cls, path: str | Path, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+    ) -> SQLiteStore:
+        """Open (creating the file and its folder if needed) and migrate to the latest schema."""
+        store = cls(Path(path), busy_timeout_ms)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(store._executor, store._connect)
+        except BaseException:
+            store._executor.shutdown(wait=False)
+            store._closed = True
+            raise
+        return store
+
+    # -- the worker thread ----------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            raise StoreUnavailable("cannot create the store's folder") from None
+        try:
+            conn = sqlite3.connect(
+                self._path, timeout=self._busy_timeout_ms / 1000, isolation_level=None
+            )
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open the store ({exc.sqlite_errorname})") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            if str(mode).lower() != "wal":
+                raise StoreUnavailable("the store's file system does not support WAL mode")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            migrate(conn, _now)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreUnavailable(f"cannot open the store ({exc.sqlite_errorname})") from None
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn = self._conn
+        if conn is None:
+            raise StoreUnavailable("the store is closed")
+        try:
+            return fn(conn)
+        except sqlite3.Error as exc:
+            name = getattr(exc, "sqlite_errorname", type(exc).__name__)
+            raise StoreUnavailable(f"the store failed ({name})") from exc
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise StoreUnavailable("the store is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            future = loop.run_in_executor(self._executor, self._call, fn)
+        except RuntimeError:  # the executor was shut down by a concurrent close()
+            raise StoreUnavailable("the store is closed") from None
+        return await future
+
+    def _state(
+        self, conn: sqlite3.Connection, tenant: str, session: str
+    ) -> tuple[int, DurableState]:
+        """The session's folded state and the last ``seq`` folded into it (worker thread only)."""
+        key = (tenant, session)
+        seq, state = self._states.get(key, (0, EMPTY_STATE))
+        rows = _history_rows(conn, tenant, session, seq)
+        if rows:
+            seq, state = rows[-1][0], apply((event for _, _, event in rows), state)
+        self._remember(key, seq, state)
+        return seq, state
+
+    def _remember(self, key: tuple[str, str], seq: int, state: DurableState) -> None:
+        if seq == 0:
+            return
+        self._states[key] = (seq, state)
+        self._states.move_to_end(key)
+        while len(self._states) > _STATE_CACHE_SESSIONS:
+            self._states.popitem(last=False)
+
+    # -- durable state ----------------------------------------------------------------------------
+
+    async def write_changes(
+        self, tenant: str, session: str, changes: Sequence[Change]
+    ) -> tuple[int, ...]:
+        check_keys(tenant, session)
+        changes = tuple(changes)
+
+        def job(conn: sqlite3.Connection) -> tuple[int, ...]:
+            with _immediate(conn):
+                seq, state = self._state(conn, tenant, session)
+                events = prepare_changes(state, changes)
+                now = _now()
+                conn.executemany(
+                    "INSERT INTO durable_changes (tenant, session, seq, kind, item_id, version,"
+                    " op, body, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            tenant,
+                            session,
+                            seq + n,
+                            e.kind,
+                            e.item_id,
+                            e.version,
+                            e.op,
+                            orjson.dumps(change_to_json(e.change)).decode(),
+                            now,
+                        )
+                        for n, e in enumerate(events, start=1)
+                    ],
+                )
+                _touch_session(conn, tenant, session, now)
+            self._remember((tenant, session), seq + len(events), apply(events, state))
+            return tuple(e.version for e in events)
+
+        return await self._run(job)
+
+    async def current_state(self, tenant: str, session: str) -> DurableState:
+        check_keys(tenant, session)
+        return await self._run(lambda conn: self._state(conn, tenant, session)[1])
+
+    async def history(self, tenant: str, session: str) -> tuple[HistoryEntry, ...]:
+        check_keys(tenant, session)
+
+        def job(conn: sqlite3.Connection) -> tuple[HistoryEntry, ...]:
+            rows = _history_rows(conn, tenant, session, 0)
+            return tuple(HistoryEntry(seq, at, event) for seq, at, event in rows)
+
+        return await self._run(job)
+
+    # -- transcripts ------------------------------------------------------------------------------
+
+    async def append_transcript(
+        self,
+        tenant: str,
+        session: str,
+        events: Sequence[TranscriptEvent],
+        prefix_count: int,
+        prefix_hash: str,
+        *,
+        expected_prefix: Prefix | None = None,
+    ) -> int:
+        check_keys(tenant, session)
+        check_prefix(prefix_count, prefix_hash)
+        events = tuple(events)
+        contents = encode_events(events)
+
+        def job(conn: sqlite3.Connection) -> int:
+            with _immediate(conn):
+                head = conn.execute(
+                    "SELECT last_seq, prefix_count, prefix_hash FROM transcript_heads"
+                    " WHERE tenant = ? AND session = ?",
+                    (tenant, session),
+                ).fetchone()
+                last_seq, current = (
+                    (0, EMPTY_PREFIX) if head is None else (head[0], Prefix(*head[1:]))
+                )
+                if expected_prefix is not None and expected_prefix != current:
+                    raise PrefixConflict(current)
+                try:
+                    conn.executemany(
+                        "INSERT INTO transcript_events (tenant, session, seq, event_id,"
+                        " recorded_at, type, role, content, complete, prefix_count, prefix_hash)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        [
+                            (
+                                tenant,
+                                session,
+                                last_seq + n,
+                                e.event_id,
+                                e.recorded_at,
+                                e.type,
+                                e.role,
+                                content.decode(),
+                                int(e.complete),
+                                prefix_count,
+                                prefix_hash,
+                            )
+                            for n, (e, content) in enumerate(zip(events, contents, strict=True), 1)
+                        ],
+                    )
+                except sqlite3.IntegrityError:
+                    raise DuplicateEvent(
+                        "an event id is already recorded in this session"
+                    ) from None
+                conn.execute(
+                    "INSERT INTO transcript_heads (tenant, session, last_seq, prefix_count,"
+                    " prefix_hash) VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, session) DO UPDATE"
+                    " SET last_seq = excluded.last_seq, prefix_count = excluded.prefix_count,"
+                    " prefix_hash = excluded.prefix_hash",
+                    (tenant, session, last_seq + len(events), prefix_count, prefix_hash),
+                )
+                _touch_session(conn, tenant, session, _now())
+            return last_seq + 1
+
+        return await self._run(job)
+
+    async def transcript_events(
+        self, tenant: str, session: str, after_seq: int = 0, limit: int = DEFAULT_EVENT_LIMIT
+    ) -> tuple[RecordedEvent, ...]:
+        check_keys(tenant, session)
+        errors: list[FieldError] = []
+        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
+            errors.append(FieldError("after_seq", "expected an integer >= 0"))
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= MAX_EVENT_LIMIT
+        ):
+            errors.append(FieldError("limit", f"expected an integer from 1 to {MAX_EVENT_LIMIT}"))
+        if errors:
+            raise InvalidWrite(errors)
+
+        def job(conn: sqlite3.Connection) -> tuple[RecordedEvent, ...]:
+            rows = conn.execute(
+                "SELECT seq, event_id, recorded_at, type, role, content, complete, prefix_count,"
+                " prefix_hash FROM transcript_events WHERE tenant = ? AND session = ? AND seq > ?"
+                " ORDER BY seq LIMIT ?",
+                (tenant, session, after_seq, limit),
+            ).fetchall()
+            return tuple(_event_from_row(session, row) for row in rows)
+
+        return await self._run(job)
+
+    async def recorded_prefix(self, tenant: str, session: str) -> Prefix:
+        check_keys(tenant, session)
+
+        def job(conn: sqlite3.Connection) -> Prefix:
+            row = conn.execute(
+                "SELECT prefix_count, prefix_hash FROM transcript_heads"
+                " WHERE tenant = ? AND session = ?",
+                (tenant, session),
+            ).fetchone()
+            return EMPTY_PREFIX if row is None else Prefix(*row)
+
+        return await self._run(job)
+
+    # -- manifests --------------------------------------------------------------------------------
+
+    async def put_manifest(
+        self, tenant: str, compaction_id: str, session: str, manifest_json: str
+    ) -> None:
+        check_keys(tenant, session)
+        text = encode_manifest(compaction_id, manifest_json)
+
+        def job(conn: sqlite3.Connection) -> None:
+            with _immediate(conn):
+                row = conn.execute(
+                    "SELECT session, manifest FROM manifests WHERE tenant = ? AND compaction_id = ?",
+                    (tenant, compaction_id),
+                ).fetchone()
+                if row is not None:
+                    if tuple(row) != (session, text):
+                        raise ManifestConflict(
+                            "another manifest is stored under this compaction id"
+                        )
+                    return
+                now = _now()
+                conn.execute(
+                    "INSERT INTO manifests (tenant, compaction_id, session, manifest, stored_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (tenant, compaction_id, session, text, now),
+                )
+                _touch_session(conn, tenant, session, now)
+
+        await self._run(job)
+
+    async def get_manifest(self, tenant: str, compaction_id: str) -> StoredManifest | None:
+        check_keys(tenant)
+
+        def job(conn: sqlite3.Connection) -> StoredManifest | None:
+            row = conn.execute(
+                "SELECT session, manifest, stored_at FROM manifests"
+                " WHERE tenant = ? AND compaction_id = ?",
+                (tenant, compaction_id),
+            ).fetchone()
+            return None if row is None else StoredManifest(compaction_id, *row)
+
+        return await self._run(job)
+
+    # -- the rest ---------------------------------------------------------------------------------
+
+    async def list_sessions(self, tenant: str) -> tuple[str, ...]:
+        check_keys(tenant)
+
+        def job(conn: sqlite3.Connection) -> tuple[str, ...]:
+            rows = conn.execute(
+                "SELECT session FROM sessions WHERE tenant = ? ORDER BY session", (tenant,)
+            ).fetchall()
+            return tuple(session for (session,) in rows)
+
+        return await self._run(job)
+
+    async def applied_migrations(self) -> tuple[AppliedMigration, ...]:
+        def job(conn: sqlite3.Connection) -> tuple[AppliedMigration, ...]:
+            rows = conn.execute(
+                "SELECT version, name, applied_at FROM schema_migrations ORDER BY version"
+            ).fetchall()
+            return tuple(AppliedMigration(*row) for row in rows)
+
+        return await self._run(job)
+
+    async def ping(self) -> bool:
+        def job(conn: sqlite3.Connection) -> bool:
+            conn.execute("SELECT count(*) FROM schema_migrations").fetchone()
+            return True
+
+        try:
+            async with asyncio.timeout(PING_TIMEOUT_SECONDS):
+                return await self._run(job)
+        except (StoreError, TimeoutError):
+            return False
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
+        def job() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            self._states.clear()
+
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, job)
+        finally:
+            self._executor.shutdown(wait=False)
