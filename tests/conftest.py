@@ -41,11 +41,14 @@ ProxyFactory = Callable[..., ProxyServer]
 
 
 @pytest.fixture
-def make_proxy(loop_thread: LoopThread, upstream: FakeUpstream) -> Iterator[ProxyFactory]:
+def make_proxy(
+    loop_thread: LoopThread, upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ProxyFactory]:
     started: list[ProxyServer] = []
 
     def factory(upstream_url: str | None = None, **sections: Any) -> ProxyServer:
-        server = ProxyServer(proxy_config(upstream_url or upstream.url, **sections))
+        state_dir = str(sections.pop("state_dir", None) or tmp_path_factory.mktemp("state"))
+        server = ProxyServer(proxy_config(upstream_url or upstream.url, state_dir, **sections))
         loop_thread.run(server.start())
         started.append(server)
         return server

@@ -60,8 +60,8 @@ class ProxyServer:
         await self.runner.cleanup()
 
 
-def proxy_config(upstream_url: str, **sections: dict[str, Any]) -> Config:
-    data: dict[str, Any] = {"upstream": {"base_url": upstream_url}}
+def proxy_config(upstream_url: str, state_dir: str, **sections: Any) -> Config:
+    data: dict[str, Any] = {"upstream": {"base_url": upstream_url}, "state_dir": state_dir}
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
             data[key] = {**data[key], **value}

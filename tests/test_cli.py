@@ -160,7 +160,7 @@ class ServeProcess:
 @pytest.fixture
 def served(tmp_path: Path, upstream: FakeUpstream) -> Iterator[ServeProcess]:
     config = tmp_path / "proxy.yaml"
-    config.write_text(f"upstream: {{base_url: '{upstream.url}'}}\nshutdown: {{grace_seconds: 5}}\nlogging: {{level: DEBUG}}\n")
+    config.write_text(f"upstream: {{base_url: '{upstream.url}'}}\nshutdown: {{grace_seconds: 5}}\nlogging: {{level: DEBUG}}\nstate_dir: '{tmp_path}'\n")
     process = ServeProcess(config)
     yield process
     process.stop()
@@ -195,7 +195,7 @@ def test_serve_forwards_and_sigterm_drains_in_flight_streams(served: ServeProces
 
 def test_sigterm_past_the_grace_period_ends_streams_with_an_overloaded_error(tmp_path: Path, upstream: FakeUpstream) -> None:
     config = tmp_path / "proxy.yaml"
-    config.write_text(f"upstream: {{base_url: '{upstream.url}'}}\nshutdown: {{grace_seconds: 0.5}}\n")
+    config.write_text(f"upstream: {{base_url: '{upstream.url}'}}\nshutdown: {{grace_seconds: 0.5}}\nstate_dir: '{tmp_path}'\n")
     process = ServeProcess(config)
     try:
         events = text_stream_events("slow " * 100, deltas=100)
@@ -222,7 +222,7 @@ def test_sigterm_past_the_grace_period_ends_streams_with_an_overloaded_error(tmp
 
 def test_serve_reads_config_from_the_environment(tmp_path: Path, upstream: FakeUpstream) -> None:
     config = tmp_path / "env.yaml"
-    config.write_text(f"upstream: {{base_url: '{upstream.url}/envprefix'}}\n")
+    config.write_text(f"upstream: {{base_url: '{upstream.url}/envprefix'}}\nstate_dir: '{tmp_path}'\n")
     process = ServeProcess(None, env={"CONTEXT_PROXY_CONFIG": str(config)})
     try:
         httpx.post(process.url + "/v1/messages", content=orjson.dumps({**GOOD, "stream": False}), headers={"x-api-key": KEY}, timeout=10)

@@ -26,8 +26,26 @@ from proxy.errors import (
     error_body,
     new_request_id,
 )
-from proxy.server.appkeys import COMPACTION, CONFIG, FORWARDER, METRICS, STATE, ProxyState
+from proxy.server.accumulate import AnswerAccumulator
+from proxy.server.appkeys import (
+    COMPACTION,
+    CONFIG,
+    DURABLE,
+    FORWARDER,
+    METRICS,
+    RESOLVER,
+    SOURCE_POLICY,
+    STATE,
+    STORE,
+    ProxyState,
+)
 from proxy.server.compaction import OPT_OUT_HEADER, CompactionService
+from proxy.server.durable import (
+    DurableContext,
+    default_source_policy,
+    session_from,
+    with_system_block,
+)
 from proxy.server.forward import (
     MESSAGES_ACCEPT_ENCODING,
     Forwarder,
@@ -36,6 +54,8 @@ from proxy.server.forward import (
 )
 from proxy.server.metrics import CONTENT_TYPE, new_metrics
 from proxy.server.usage import UsageTap
+from proxy.sources.resolver import SourceResolver
+from proxy.store import open_store
 
 log = logging.getLogger("context_proxy.app")
 
@@ -164,8 +184,25 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     violation = validate_request(body)
     if violation is not None:
         raise InvalidRequest(violation.message)
+    tenant = DEFAULT_TENANT
+    sources = app[SOURCE_POLICY]
+    session = session_from(request.headers)
+    durable = app[DURABLE]
+    extra_headers: dict[str, str] = {}
+    faithful: bytes | None = raw
+    if session is not None:
+        injection = await durable.injection(tenant, sources, session)
+        extra_headers.update(injection.headers(session))
+        if injection.block is not None:
+            body = with_system_block(body, injection.block)
+            faithful = None
     service = app[COMPACTION]
-    prepared = await service.prepare(request.headers, body, raw, tenant=DEFAULT_TENANT)
+    prepared = await service.prepare(request.headers, body, faithful, tenant)
+    extra_headers.update(prepared.headers)
+    recording = session is not None and route == "messages"
+    if recording:
+        assert session is not None
+        durable.record_request(tenant, sources, session, body["messages"])
     headers = request_headers_for_upstream(
         request.headers, accept_encoding=MESSAGES_ACCEPT_ENCODING, keep_content_length=False
     )
@@ -178,16 +215,30 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
         request, route=route, data=prepared.body, decode=True, headers=headers
     )
     async with upstream:
-        tap = UsageTap(sse=upstream.headers.get("Content-Type", "").startswith("text/event-stream"))
-        response, outcome = await forwarder.relay(
-            request,
-            upstream,
-            decoded=True,
-            extra_headers=prepared.headers,
-            on_prepared=before_upstream,
-            route=route,
-            tap=tap.feed,
-        )
+        sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+        tap = UsageTap(sse=sse)
+        answer = AnswerAccumulator(sse=sse) if recording and upstream.status == 200 else None
+
+        def feed(data: bytes) -> None:
+            tap.feed(data)
+            if answer is not None:
+                answer.feed(data)
+
+        try:
+            response, outcome = await forwarder.relay(
+                request,
+                upstream,
+                decoded=True,
+                extra_headers=extra_headers,
+                on_prepared=before_upstream,
+                route=route,
+                tap=feed,
+            )
+        finally:
+            if answer is not None:
+                assert session is not None
+                message = answer.message()
+                durable.record_answer(tenant, sources, session, message, answer.stopped)
     if outcome.completed and outcome.status == 200:
         tap.close()
         service.observe(prepared.model, prepared.estimate, tap.input_tokens)
@@ -269,9 +320,17 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     )
     app[COMPACTION] = CompactionService(config.compaction, config.upstream.base_url, app[METRICS])
     await app[COMPACTION].warm_up()
+    store = await open_store(config.store_url)
+    app[STORE] = store
+    app[RESOLVER] = SourceResolver()
+    app[DURABLE] = DurableContext(store, app[RESOLVER])
+    app[SOURCE_POLICY] = default_source_policy(config)
+    app[STATE].readiness_checks.append(store.ping)
     try:
         yield
     finally:
+        await app[DURABLE].drain()
+        await store.close()
         await app[COMPACTION].close()
         await session.close()
 

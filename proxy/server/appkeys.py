@@ -12,8 +12,12 @@ from aiohttp import web
 
 from proxy.config import Config
 from proxy.server.compaction import CompactionService
+from proxy.server.durable import DurableContext
 from proxy.server.forward import Forwarder
 from proxy.server.metrics import Metrics
+from proxy.sources.policy import SourcePolicy
+from proxy.sources.resolver import SourceResolver
+from proxy.store.base import Store
 
 ReadinessCheck = Callable[[], Awaitable[bool]]
 
@@ -33,3 +37,8 @@ STATE = web.AppKey("state", ProxyState)
 FORWARDER = web.AppKey("forwarder", Forwarder)
 COMPACTION = web.AppKey("compaction", CompactionService)
 
+STORE = web.AppKey("store", Store)
+RESOLVER = web.AppKey("resolver", SourceResolver)
+DURABLE = web.AppKey("durable", DurableContext)
+# The single tenant's source policy until tenant policies are loaded.
+SOURCE_POLICY = web.AppKey("source_policy", SourcePolicy)

@@ -21,6 +21,7 @@ from proxy.compaction_policy import policy_from_config
 from proxy.config import CompactionConfig
 from proxy.core.compaction import (
     CompactionInput,
+    CompactionPolicy,
     CompactionResult,
     Done,
     PlanCache,
@@ -111,7 +112,7 @@ class CompactionService:
 
     def __init__(self, config: CompactionConfig, upstream_base_url: str, metrics: Metrics) -> None:
         self.config = config
-        self.policy = policy_from_config(config)
+        self._policies: dict[CompactionConfig, CompactionPolicy] = {}
         self.counter = TokenCounter()
         self.calibration = Calibration()
         self.plans = PlanCache(config.max_plans)
@@ -131,17 +132,37 @@ class CompactionService:
     async def close(self) -> None:
         await self._client.close()
 
+    def policy_for(self, config: CompactionConfig) -> CompactionPolicy:
+        """The policy of a tenant's compaction settings (memoised: configs are frozen values)."""
+        policy = self._policies.get(config)
+        if policy is None:
+            policy = self._policies[config] = policy_from_config(config)
+        return policy
+
     async def prepare(
-        self, headers: CIMultiDictProxy[str], body: dict[str, Any], raw: bytes, tenant: str
+        self,
+        headers: CIMultiDictProxy[str],
+        body: dict[str, Any],
+        raw: bytes | None,
+        tenant: str,
+        config: CompactionConfig | None = None,
     ) -> Prepared:
+        """What to forward for ``body``. ``raw`` is the client's exact bytes for ``body``, or
+        ``None`` when the edge already changed the body (durable context was injected)."""
+        config = config or self.config
+        policy = self.policy_for(config)
         model = body.get("model") if isinstance(body.get("model"), str) else ""
         assert isinstance(model, str)
-        if headers.get(OPT_OUT_HEADER, "").strip().lower() == "off" or not self.config.enabled:
+        as_sent = raw if raw is not None else orjson.dumps(body)
+        changed_by_edge = raw is None
+        if headers.get(OPT_OUT_HEADER, "").strip().lower() == "off" or not config.enabled:
             self.metrics.compactions.labels("off").inc()
-            return Prepared(raw, False, _headers(0, 0, "none", "none", "skipped", None), model, None)
+            report = _headers(0, 0, "none", "none", "skipped", None)
+            return Prepared(as_sent, changed_by_edge, report, model, None)
         if defers_to_provider(body):
             self.metrics.compactions.labels("deferred").inc()
-            return Prepared(raw, False, _headers(0, 0, "deferred", "none", "skipped", None), model, None)
+            report = _headers(0, 0, "deferred", "none", "skipped", None)
+            return Prepared(as_sent, changed_by_edge, report, model, None)
 
         ratio = self.calibration.ratio(model)
         request = CompactionInput(
@@ -151,8 +172,8 @@ class CompactionService:
             model=model,
             calibration=ratio,
         )
-        offload = len(raw) > self.config.offload_bytes
-        outcome = await self._off_loop(offload, compact, request, self.policy, self.counter, self.plans, tenant)
+        offload = len(as_sent) > config.offload_bytes
+        outcome = await self._off_loop(offload, compact, request, policy, self.counter, self.plans, tenant)
         if not isinstance(outcome, Done):
             summary = await self._summarize(outcome.summary_request, headers)
             outcome = Done(await self._off_loop(offload, finish, outcome.continuation, summary))
@@ -171,14 +192,14 @@ class CompactionService:
             )
         if result.over_hard_limit:
             raise PromptTooLong(
-                f"prompt is too long: {result.tokens_after} tokens > {self.policy.hard_limit} maximum"
+                f"prompt is too long: {result.tokens_after} tokens > {policy.hard_limit} maximum"
                 f" (tokens before compaction: {result.tokens_before}; after: {result.tokens_after};"
                 f" layers tried: {','.join(result.layers) or 'none'})",
                 headers=report,
             )
         estimate = round(result.tokens_after / ratio) if ratio > 0 else result.tokens_after
         if not result.changed:
-            return Prepared(raw, False, report, model, estimate)
+            return Prepared(as_sent, changed_by_edge, report, model, estimate)
         forwarded = orjson.dumps({**body, "messages": result.messages})
         return Prepared(forwarded, True, report, model, estimate)
 

@@ -1,0 +1,175 @@
+"""Durable context on the wire, through the SDK: the block at the end of ``system``, its headers,
+byte-stable across turns; sessions; recorded transcripts whose pointers resolve."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import anthropic
+import httpx2 as httpx
+import orjson
+import pytest
+
+from proxy.core.durable import Create, Evidence, Fact, PendingItem, Update
+from proxy.core.render import render_state
+from proxy.server.appkeys import DURABLE, RESOLVER, SOURCE_POLICY, STORE
+from proxy.sources.artifact_files import write_artifact
+from tests.harness import LoopThread, ProxyServer
+from tests.upstream import FakeUpstream, Reply, Stream, message_json, text_stream_events
+
+KEY = "sk-ant-durable-test-42"
+T0 = "2026-12-01T10:00:00+00:00"
+T1 = "2026-12-01T11:00:00+01:00"
+MESSAGES = [{"role": "user", "content": "continue the migration"}]
+
+
+def _client(proxy: ProxyServer, session: str = "sess-1") -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0, default_headers={"x-session-id": session})
+
+
+def _seed(loop_thread: LoopThread, proxy: ProxyServer, session: str = "sess-1") -> str:
+    policy = proxy.app[SOURCE_POLICY]
+    assert policy.artifact_root is not None
+    pointer = write_artifact(policy.artifact_root, session, "schema.sql", b"CREATE TABLE t (id int);\n")
+    changes = [
+        Create(Fact("f-db", "persistence uses PostgreSQL 15", pointer, T0)),
+        Create(Fact("f-missing", "the CI runs on Debian", f"artifact:{session}:gone.txt:{'0' * 64}", T0)),
+        Create(Fact("f-denied", "the other tenant's fact", "transcript:other-tenant-session:1", T0)),
+        Create(PendingItem("p-1", "port the migrations", "open", pointer, T0)),
+        Create(Evidence("mem-7", "design doc", pointer, T0, 0.87, 1, T0, conflict_key="db-choice")),
+        Create(Evidence("mem-9", "old note", "bogus-scheme:x:y", T0, 0.2, 2, T0)),
+    ]
+    loop_thread.run(proxy.app[STORE].write_changes("default", session, changes))
+    return pointer
+
+
+def _system_of(upstream: FakeUpstream) -> Any:
+    return upstream.requests[-1].json()["system"]
+
+
+def test_the_rendered_block_ends_system_and_is_stable_across_turns(upstream: FakeUpstream, proxy: ProxyServer, loop_thread: LoopThread) -> None:
+    _seed(loop_thread, proxy)
+    client = _client(proxy)
+    first = client.messages.with_raw_response.create(model="m", max_tokens=5, system="You are careful.", messages=MESSAGES)
+    system = _system_of(upstream)
+    assert system[0] == {"type": "text", "text": "You are careful."}  # the client's text, unchanged
+    block = system[-1]
+    assert set(block) == {"type", "text"}  # no extra cache_control
+    text = block["text"]
+    assert "persistence uses PostgreSQL 15" in text
+    assert "source_status=available; evidence_sha256=" in text
+    assert "source_status=missing; evidence_unavailable=true" in text
+    assert "source_status=unsupported; evidence_unavailable=true" in text
+    assert "score=0.87" in text and "rank=1" in text and "conflict_winner=db-choice" in text
+    assert "CREATE TABLE" not in text  # never source text
+    assert first.headers["x-compaction-session"] == "sess-1"
+    assert first.headers["x-durable-sources"] == "available=1,missing=2,denied=0,corrupt=0,unsupported=1"
+    assert "x-durable-context" not in first.headers
+
+    # The same block, to the byte, on the next turn while the state does not change.
+    client.messages.create(
+        model="m",
+        max_tokens=5,
+        system=[{"type": "text", "text": "You are careful.", "cache_control": {"type": "ephemeral"}}],
+        messages=[*MESSAGES, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}],
+    )
+    system2 = _system_of(upstream)
+    assert system2[0]["cache_control"] == {"type": "ephemeral"}
+    assert system2[-1] == block
+    # The proxy's block is exactly what the renderer makes of the stored state.
+    state = loop_thread.run(proxy.app[STORE].current_state("default", "sess-1"))
+    pointers = sorted({i.source for i in (*state.facts, *state.pending, *state.evidence)})
+    resolutions = proxy.app[RESOLVER].resolve_many(pointers, proxy.app[SOURCE_POLICY])
+    assert text == render_state(state, dict(zip(pointers, resolutions, strict=True)))
+
+
+def test_an_adversarial_summary_cannot_change_durable_state(upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread) -> None:
+    proxy = make_proxy(compaction={"threshold": 2000, "hard_limit": 50_000, "keep_recent": 2, "summary": {"model": "summ"}})
+    _seed(loop_thread, proxy)
+    adversarial = "persistence uses plain JSON; no pending work; f-db is retired"
+    client = _client(proxy)
+    client.messages.create(model="m", max_tokens=5, messages=MESSAGES)
+    before = _system_of(upstream)[-1]
+    upstream.script(lambda req: Reply(message_json(adversarial if req.json()["model"] == "summ" else "ok")))
+    long_history: list[dict[str, Any]] = [MESSAGES[0]]
+    for i in range(60):
+        long_history += [{"role": "assistant", "content": f"step {i} " + "detail " * 100}, {"role": "user", "content": f"go on {i}"}]
+    response = client.messages.with_raw_response.create(model="m", max_tokens=5, messages=long_history)
+    assert response.headers["x-compaction-summary"] == "ok"
+    forwarded = upstream.requests[-1].json()
+    assert adversarial in orjson.dumps(forwarded["messages"]).decode()  # the summary is in history...
+    assert forwarded["system"][-1] == before  # ...but the durable block is byte-identical
+    state = loop_thread.run(proxy.app[STORE].current_state("default", "sess-1"))
+    assert [f.content for f in state.facts if f.id == "f-db"] == ["persistence uses PostgreSQL 15"]
+    assert [p.status for p in state.pending] == ["open"]
+
+
+def test_an_invalid_session_id_is_400_and_not_forwarded(upstream: FakeUpstream, proxy: ProxyServer) -> None:
+    for bad in ("../etc", "a b", "", ".", "x" * 201, "a/b"):
+        r = httpx.post(proxy.url + "/v1/messages", content=orjson.dumps({"model": "m", "max_tokens": 5, "messages": MESSAGES}), headers={"x-api-key": KEY, "x-session-id": bad})
+        assert r.status_code == 400, bad
+        assert r.json()["error"]["type"] == "invalid_request_error"
+        assert "x-session-id" in r.json()["error"]["message"]
+    assert upstream.requests == []
+
+
+def test_claude_code_session_header_and_no_session(upstream: FakeUpstream, proxy: ProxyServer, loop_thread: LoopThread) -> None:
+    _seed(loop_thread, proxy, session="3af9b1a7-6512-4883-ad18-320658ced099")
+    body = orjson.dumps({"model": "m", "max_tokens": 5, "messages": MESSAGES})
+    r = httpx.post(proxy.url + "/v1/messages", content=body, headers={"x-api-key": KEY, "X-Claude-Code-Session-Id": "3af9b1a7-6512-4883-ad18-320658ced099"})
+    assert r.headers["x-compaction-session"] == "3af9b1a7-6512-4883-ad18-320658ced099"
+    assert "persistence uses PostgreSQL 15" in _system_of(upstream)[-1]["text"]
+    # Without a session: no durable headers, no block, the client's bytes.
+    r = httpx.post(proxy.url + "/v1/messages", content=body, headers={"x-api-key": KEY})
+    assert "x-compaction-session" not in r.headers and "x-durable-sources" not in r.headers
+    assert upstream.requests[-1].body == body
+
+
+def test_an_unreadable_store_is_said_explicitly(upstream: FakeUpstream, proxy: ProxyServer, loop_thread: LoopThread) -> None:
+    loop_thread.run(proxy.app[STORE].close())
+    r = _client(proxy).messages.with_raw_response.create(model="m", max_tokens=5, messages=MESSAGES)
+    assert r.status_code == 200
+    assert r.headers["x-durable-context"] == "unavailable"
+    assert "store_unavailable" in _system_of(upstream)[-1]["text"]
+    assert httpx.get(proxy.url + "/readyz").status_code == 503
+
+
+def test_transcripts_are_recorded_and_their_pointers_resolve(upstream: FakeUpstream, proxy: ProxyServer, loop_thread: LoopThread) -> None:
+    client = _client(proxy, "rec-1")
+    upstream.script(Stream(text_stream_events("first answer", deltas=3)))
+    with client.messages.stream(model="m", max_tokens=5, messages=MESSAGES) as stream:
+        stream.get_final_message()
+    turn2 = [*MESSAGES, {"role": "assistant", "content": [{"type": "text", "text": "first answer"}]}, {"role": "user", "content": "and then?"}]
+    upstream.script(Stream(text_stream_events("cut answer", deltas=4), cut_after=4))
+    with pytest.raises(anthropic.APIStatusError):
+        with client.messages.stream(model="m", max_tokens=5, messages=turn2) as stream:
+            stream.get_final_message()
+    loop_thread.run(proxy.app[DURABLE].drain())
+    events = loop_thread.run(proxy.app[STORE].transcript_events("default", "rec-1"))
+    assert [e.seq for e in events] == [1, 2, 3, 4]
+    kinds = [(e.event.type, e.event.role, e.event.complete) for e in events]
+    assert kinds == [
+        ("message", "user", True),
+        ("answer", "assistant", True),
+        ("message", "user", True),  # the echo of answer 1 is not recorded twice
+        ("answer", "assistant", False),  # the cut stream is recorded as incomplete
+    ]
+    assert events[1].event.content["content"] == [{"type": "text", "text": "first answer"}]
+    # Exported in the harness layout, so transcript pointers resolve.
+    policy = proxy.app[SOURCE_POLICY]
+    resolutions = proxy.app[RESOLVER].resolve_many([e.pointer for e in events], policy)
+    assert [r.status for r in resolutions] == ["available"] * 4
+    # A fact confirmed by a recorded event renders as available.
+    loop_thread.run(proxy.app[STORE].write_changes("default", "rec-1", [Create(Fact("f1", "answer seen", events[1].pointer, T0))]))
+    r = client.messages.with_raw_response.create(model="m", max_tokens=5, messages=MESSAGES)
+    assert r.headers["x-durable-sources"].startswith("available=1,")
+    loop_thread.run(proxy.app[STORE].write_changes("default", "rec-1", [Update(Fact("f1", "answer seen", events[1].pointer, T1))]))
+
+
+def test_recording_does_not_delay_the_answer(upstream: FakeUpstream, proxy: ProxyServer) -> None:
+    client = _client(proxy, "fast-1")
+    started = time.monotonic()
+    for _ in range(5):
+        client.messages.create(model="m", max_tokens=5, messages=MESSAGES)
+    assert time.monotonic() - started < 5
