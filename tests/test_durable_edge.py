@@ -173,3 +173,31 @@ def test_recording_does_not_delay_the_answer(upstream: FakeUpstream, proxy: Prox
     for _ in range(5):
         client.messages.create(model="m", max_tokens=5, messages=MESSAGES)
     assert time.monotonic() - started < 5
+
+
+def test_cut_tool_results_are_kept_as_artifacts_named_in_the_marker(upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread) -> None:
+    import re
+
+    proxy = make_proxy(compaction={"threshold": 3000, "hard_limit": 100_000, "tool_result_cap": 200})
+    big = "\n".join(f"line {i}: " + "data " * 12 for i in range(400))
+    messages = [
+        {"role": "user", "content": "read the log"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_log1", "name": "Bash", "input": {"command": "cat log"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_log1", "content": big}]},
+        {"role": "assistant", "content": "It is long."},
+        {"role": "user", "content": "summarise it"},
+    ]
+    r = _client(proxy, "cut-1").messages.with_raw_response.create(model="m", max_tokens=5, messages=messages)  # type: ignore[arg-type]
+    assert "truncate" in r.headers["x-compaction-layers"]
+    sent = upstream.requests[-1].json()["messages"][2]["content"][0]["content"]
+    match = re.search(r"full text: (artifact:cut-1:[A-Za-z0-9._-]+:[0-9a-f]{64})\]", sent)
+    assert match, sent[:300]
+    pointer = match.group(1)
+    resolution = proxy.app[RESOLVER].resolve(pointer, proxy.app[SOURCE_POLICY], excerpt=True)
+    assert resolution.status == "available"
+    assert resolution.excerpt is not None and big.startswith(resolution.excerpt)
+    loop_thread.run(proxy.app[DURABLE].drain())
+    manifest = loop_thread.run(proxy.app[STORE].get_manifest("default", r.headers["x-compaction-id"]))
+    assert manifest is not None
+    records = orjson.loads(manifest.manifest_json)["records"]
+    assert records[0]["kind"] == "truncated" and records[0]["artifact_key"] == pointer

@@ -197,8 +197,14 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             body = with_system_block(body, injection.block)
             faithful = None
     service = app[COMPACTION]
-    prepared = await service.prepare(request.headers, body, faithful, tenant)
+    artifact_session = session if session is not None and sources.artifact_root else None
+    prepared = await service.prepare(
+        request.headers, body, faithful, tenant, artifact_session=artifact_session
+    )
     extra_headers.update(prepared.headers)
+    result = prepared.result
+    if session is not None and result is not None and result.plan_status == "new":
+        await durable.keep_compaction(tenant, sources, session, body["messages"], result)
     recording = session is not None and route == "messages"
     if recording:
         assert session is not None

@@ -105,6 +105,7 @@ class Prepared:
     headers: dict[str, str]
     model: str
     estimate: int | None  # uncalibrated estimate of the forwarded view, for calibration
+    result: CompactionResult | None = None
 
 
 class CompactionService:
@@ -146,6 +147,7 @@ class CompactionService:
         raw: bytes | None,
         tenant: str,
         config: CompactionConfig | None = None,
+        artifact_session: str | None = None,
     ) -> Prepared:
         """What to forward for ``body``. ``raw`` is the client's exact bytes for ``body``, or
         ``None`` when the edge already changed the body (durable context was injected)."""
@@ -171,6 +173,7 @@ class CompactionService:
             messages=body["messages"],
             model=model,
             calibration=ratio,
+            artifact_session=artifact_session,
         )
         offload = len(as_sent) > config.offload_bytes
         outcome = await self._off_loop(offload, compact, request, policy, self.counter, self.plans, tenant)
@@ -199,9 +202,9 @@ class CompactionService:
             )
         estimate = round(result.tokens_after / ratio) if ratio > 0 else result.tokens_after
         if not result.changed:
-            return Prepared(as_sent, changed_by_edge, report, model, estimate)
+            return Prepared(as_sent, changed_by_edge, report, model, estimate, result)
         forwarded = orjson.dumps({**body, "messages": result.messages})
-        return Prepared(forwarded, True, report, model, estimate)
+        return Prepared(forwarded, True, report, model, estimate, result)
 
     async def _off_loop(self, offload: bool, fn: Any, *args: Any) -> Any:
         """Large requests are counted and compacted in a worker thread: other streams never

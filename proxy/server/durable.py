@@ -23,13 +23,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 from multidict import CIMultiDictProxy
 
 from proxy.config import Config
-from proxy.core.compaction import prefix_hashes
+from proxy.core.compaction import CompactionResult, Truncated, prefix_hashes
+from proxy.core.compaction.truncate import artifact_of
+from proxy.core.compaction.view import blocks_of
 from proxy.core.pointers import is_valid_session_id
 from proxy.core.render import render_state, render_unavailable
 from proxy.errors import InvalidRequest
+from proxy.sources.artifact_files import write_artifact
 from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import SourceResolver
 from proxy.sources.transcript_files import TranscriptEvent as FileEvent
@@ -129,6 +133,54 @@ class DurableContext:
         counts: dict[str, int] = dict(Counter(r.status for r in resolutions))
         block = render_state(state, dict(zip(pointers, resolutions, strict=True)))
         return Injection(block, counts, True)
+
+    # -- what compaction cut -----------------------------------------------------------------
+
+    async def keep_compaction(
+        self,
+        tenant: str,
+        policy: SourcePolicy,
+        session: str,
+        messages: Sequence[Any],
+        result: CompactionResult,
+    ) -> None:
+        """For a new compaction: store each cut tool result's full text as an artifact (before
+        the request is forwarded: the marker the model sees names it), and the manifest."""
+        artifacts = []
+        for record in result.manifest:
+            if not isinstance(record, Truncated) or record.artifact_key is None:
+                continue
+            for block in blocks_of(messages[record.message_index]):
+                if isinstance(block, Mapping) and block.get("tool_use_id") == record.tool_use_id:
+                    artifacts.append(artifact_of(block.get("content")))
+                    break
+        root = policy.artifact_root
+        if artifacts and root is not None:
+
+            def write_all() -> None:
+                for artifact in artifacts:
+                    write_artifact(root, session, artifact.name, artifact.data)
+
+            try:
+                await asyncio.to_thread(write_all)
+            except (OSError, ValueError) as exc:
+                log.warning("[durable] cut tool results not stored: %s", type(exc).__name__)
+        if result.compaction_id is not None:
+            manifest = orjson.dumps(
+                {
+                    "compaction_id": result.compaction_id,
+                    "tokens_before": result.tokens_before,
+                    "tokens_after": result.tokens_after,
+                    "layers": list(result.layers),
+                    "summary": result.summary_status,
+                    "records": [r.to_json() for r in result.manifest],
+                }
+            ).decode()
+            self._chain(
+                tenant,
+                session,
+                self.store.put_manifest(tenant, result.compaction_id, session, manifest),
+            )
 
     # -- transcripts ----------------------------------------------------------------------
 

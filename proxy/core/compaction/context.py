@@ -26,6 +26,8 @@ class LayerContext:
     counter: TokenCounter
     fixed: int
     ratio: float
+    # The session whose artifact store keeps the full text of cut results (None: no session).
+    artifact_session: str | None = None
 
     def entry(self, item: ViewItem) -> Entry:
         message = materialize(item, self.messages)

@@ -79,6 +79,9 @@ class CompactionInput:
     messages: Sequence[Message]
     model: str
     calibration: float = 1.0  # real / estimate; estimates are multiplied by it
+    # With a session, each cut tool result's full text is named as an artifact of it (the edge
+    # stores the bytes of ``artifact_of(...)``), and the truncation marker carries its pointer.
+    artifact_session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +241,9 @@ def compact(
     n = len(messages)
     count = counter.count_request(request.system, request.tools, messages)
     ratio = request.calibration
-    ctx = LayerContext(messages, policy, counter, count.system + count.tools, ratio)
+    ctx = LayerContext(
+        messages, policy, counter, count.system + count.tools, ratio, request.artifact_session
+    )
     hashes = prefix_hashes(messages) if n >= 2 else ()
     run = _Run(request, policy, plans, tenant, ctx, hashes, calibrate(count.total, ratio), None)
     if n < 2:

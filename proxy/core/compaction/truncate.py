@@ -13,8 +13,11 @@ under the target.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+import orjson
 
 from proxy.core.compaction.context import LayerContext, frozen_len
 from proxy.core.compaction.manifest import Truncated
@@ -28,7 +31,29 @@ from proxy.core.compaction.view import (
     strip_markers,
 )
 
-__all__ = ["cut_text", "truncate", "truncation_marker"]
+__all__ = ["Artifact", "artifact_of", "artifact_pointer", "cut_text", "truncate", "truncation_marker"]
+
+
+class Artifact(NamedTuple):
+    name: str
+    data: bytes
+    sha256: str
+
+
+def artifact_of(content: Any) -> Artifact:
+    """The artifact that keeps a cut result's full text: a content-addressed name and its bytes
+    (the text itself for a string result; canonical JSON for a list of blocks)."""
+    if isinstance(content, str):
+        data, suffix = content.encode("utf-8", "surrogatepass"), "txt"
+    else:
+        data, suffix = orjson.dumps(content, option=orjson.OPT_SORT_KEYS), "json"
+    digest = hashlib.sha256(data).hexdigest()
+    return Artifact(f"tool-result-{digest[:32]}.{suffix}", data, digest)
+
+
+def artifact_pointer(session: str, content: Any) -> str:
+    artifact = artifact_of(content)
+    return f"artifact:{session}:{artifact.name}:{artifact.sha256}"
 
 
 def truncation_marker(removed: int, total: int, pointer: str | None = None) -> str:
@@ -51,13 +76,13 @@ def cut_text(text: str, tokens: int, keep_tokens: int, pointer: str | None = Non
     return "\n".join(p for p in parts if p)
 
 
-def _cut_content(content: Any, ctx: LayerContext) -> Any | None:
+def _cut_content(content: Any, ctx: LayerContext, pointer: str | None) -> Any | None:
     """The cut content of one tool_result, or ``None`` when it is within the cap."""
     cap = ctx.policy.tool_result_cap
     count = ctx.text_tokens
     if isinstance(content, str):
         tokens = count(content)
-        return cut_text(content, tokens, cap) if tokens > cap else None
+        return cut_text(content, tokens, cap, pointer) if tokens > cap else None
     if not isinstance(content, list):
         return None
     sizes = [
@@ -75,7 +100,7 @@ def _cut_content(content: Any, ctx: LayerContext) -> Any | None:
             out.append(block)
             continue
         keep = cap * size // total
-        out.append({**block, "text": cut_text(block["text"], size, keep)})
+        out.append({**block, "text": cut_text(block["text"], size, keep, pointer)})
     return out
 
 
@@ -103,7 +128,13 @@ def truncate(entries: Sequence[Entry], ctx: LayerContext) -> tuple[list[Entry], 
                 continue  # already cut by an earlier compaction
             if not isinstance(block, Mapping) or block.get("type") != "tool_result":
                 continue
-            new_content = _cut_content(block.get("content"), ctx)
+            original = block.get("content")
+            pointer = (
+                artifact_pointer(ctx.artifact_session, original)
+                if ctx.artifact_session is not None
+                else None
+            )
+            new_content = _cut_content(original, ctx, pointer)
             if new_content is None:
                 continue
             before = count(block)
@@ -111,7 +142,9 @@ def truncate(entries: Sequence[Entry], ctx: LayerContext) -> tuple[list[Entry], 
             if after >= before:
                 continue
             ops[j] = Cut(op.index, strip_markers(new_content))
-            found.append(Truncated(item.origin, str(block.get("tool_use_id", "")), before, after))
+            found.append(
+                Truncated(item.origin, str(block.get("tool_use_id", "")), before, after, pointer)
+            )
         if not found:
             continue
         view[i] = ctx.entry(FromClient(item.origin, tuple(ops)))
