@@ -1,4 +1,4 @@
-"""The ``context-proxy`` command: ``serve``, ``check-config``, ``replay``."""
+"""The ``context-proxy`` command: ``serve``, ``check-config``, ``replay``, ``admin``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from proxy import redact
+from proxy import admin_cli, redact
 from proxy.config import ConfigError, config_path_from_env, load_config
 
 
@@ -31,17 +31,25 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 2
     config = config.with_listen(args.host, args.port)
     _setup_logging(config.logging.level)
-    asyncio.run(serve(config))
+    try:
+        asyncio.run(serve(config))
+    except ConfigError as exc:  # invalid tenant policies: refuse to start
+        print(exc, file=sys.stderr)
+        return 2
     return 0
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
+    from proxy.tenants import load_tenancy
+
     try:
-        load_config(args.path)
+        config = load_config(args.path)
+        tenancy = load_tenancy(config, source=args.path)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
-    print(f"{args.path}: ok")
+    count = len(tenancy.tenants)
+    print(f"{args.path}: ok (auth.mode {tenancy.mode}, {count} tenant{'' if count == 1 else 's'})")
     return 0
 
 
@@ -137,7 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="listen address (overrides listen.host)")
     serve.add_argument("--port", type=int, help="listen port (overrides listen.port; 0 = any free port)")
     serve.set_defaults(func=_cmd_serve)
-    check = sub.add_parser("check-config", help="validate a config file; non-zero exit on errors")
+    check = sub.add_parser(
+        "check-config",
+        help="validate a config file and the tenant policies of its policies_dir; non-zero exit on errors",
+    )
     check.add_argument("path")
     check.set_defaults(func=_cmd_check_config)
     replay = sub.add_parser(
@@ -157,6 +168,16 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--plot", metavar="OUT.png", help="draw tokens per request before/after (needs matplotlib)")
     replay.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     replay.set_defaults(func=_cmd_replay)
+    admin = sub.add_parser(
+        "admin",
+        help="read and change durable state through the admin API (token from an env var)",
+        description="A client of the proxy's admin API (/admin/v1): sessions, durable state and "
+        "its history, facts / pending items / evidence, the injected block preview, transcripts "
+        "and compaction manifests. Prints JSON. The admin token is read from the environment "
+        "variable named by --token-env, never from the command line.",
+    )
+    admin_cli.configure(admin)
+    admin.set_defaults(func=admin_cli.run)
     return parser
 
 

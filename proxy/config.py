@@ -13,12 +13,14 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
 
 ENV_CONFIG = "CONTEXT_PROXY_CONFIG"
+
+_T = TypeVar("_T")
 
 
 class ConfigError(Exception):
@@ -138,6 +140,13 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AuthConfig:
+    # passthrough: one tenant, the client's own provider key goes upstream (policies_dir holds at
+    # most one policy file). keys: clients send proxy-issued keys, one policy file per tenant.
+    mode: str = "passthrough"
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     listen: ListenConfig = ListenConfig()
     upstream: UpstreamConfig = UpstreamConfig()
@@ -146,6 +155,7 @@ class Config:
     state_dir: str = "./state"
     store: StoreConfig = StoreConfig()
     policies_dir: str = ""
+    auth: AuthConfig = AuthConfig()
     compaction: CompactionConfig = CompactionConfig()
     logging: LoggingConfig = LoggingConfig()
 
@@ -164,6 +174,9 @@ class Config:
 
 _EXTRA_CHECKS: dict[tuple[type, str], Any] = {
     (StoreConfig, "url"): lambda v: None if v == "" else _store_url(v),
+    (AuthConfig, "mode"): lambda v: None
+    if v in ("passthrough", "keys")
+    else "one of passthrough, keys",
     (LoggingConfig, "level"): lambda v: None
     if v.upper() in ("DEBUG", "INFO", "WARNING", "ERROR")
     else "one of DEBUG, INFO, WARNING, ERROR",
@@ -179,10 +192,10 @@ def _type_name(tp: Any) -> str:
     return "a list"
 
 
-def _convert(tp: Any, value: Any, key: str, errors: list[str]) -> Any:
+def _convert(tp: Any, value: Any, key: str, errors: list[str], base: Any = None) -> Any:
     """Convert one YAML value to ``tp``, appending an error naming ``key`` on mismatch."""
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _build(tp, value, key, errors)
+        return _build(tp, value, key, errors, base)
     origin = typing.get_origin(tp)
     if origin is tuple:
         (item_tp, _ellipsis) = typing.get_args(tp)
@@ -202,12 +215,14 @@ def _convert(tp: Any, value: Any, key: str, errors: list[str]) -> Any:
     return float(value) if tp is float else value
 
 
-def _build(cls: type, data: Any, prefix: str, errors: list[str]) -> Any:
+def _build(cls: type, data: Any, prefix: str, errors: list[str], base: Any = None) -> Any:
+    """Build ``cls`` from a YAML mapping; keys absent from ``data`` keep ``base``'s values
+    (nested sections merge key by key), or the defaults when there is no ``base``."""
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
         errors.append(f"key '{prefix or '<top level>'}': expected a mapping, got {data!r}")
-        return cls()
+        return cls() if base is None else base
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
@@ -218,7 +233,8 @@ def _build(cls: type, data: Any, prefix: str, errors: list[str]) -> Any:
             errors.append(f"key '{key}': unknown key (expected one of: {expected})")
             continue
         before = len(errors)
-        converted = _convert(hints[raw_key], value, key, errors)
+        nested_base = None if base is None else getattr(base, raw_key)
+        converted = _convert(hints[raw_key], value, key, errors, nested_base)
         if len(errors) > before:
             continue
         check = known[raw_key].metadata.get("check") or _EXTRA_CHECKS.get((cls, raw_key))
@@ -227,19 +243,34 @@ def _build(cls: type, data: Any, prefix: str, errors: list[str]) -> Any:
             errors.append(f"key '{key}': expected {problem}, got {value!r}")
             continue
         values[raw_key] = converted
-    return cls(**values)
+    return cls(**values) if base is None else dataclasses.replace(base, **values)
 
 
-def _cross_checks(config: Config, errors: list[str]) -> None:
-    c = config.compaction
+def build_section(
+    cls: type[_T], data: object, prefix: str, errors: list[str], base: _T | None = None
+) -> _T:
+    """Validate one mapping into the frozen dataclass ``cls``, appending every problem to
+    ``errors`` as ``key '<prefix>.<key>': expected ...``. With ``base``, absent keys keep its
+    values (overrides). Never raises for bad data: the caller raises one :class:`ConfigError`."""
+    built = _build(cls, data, prefix, errors, base)
+    assert isinstance(built, cls)
+    return built
+
+
+def check_compaction(c: CompactionConfig, prefix: str, errors: list[str]) -> None:
+    """Checks across the keys of a compaction section (after overrides are applied)."""
     if c.hard_limit < c.threshold:
         errors.append(
-            f"key 'compaction.hard_limit': expected a value >= compaction.threshold ({c.threshold}),"
+            f"key '{prefix}.hard_limit': expected a value >= {prefix}.threshold ({c.threshold}),"
             f" got {c.hard_limit}"
         )
     for i, tool in enumerate(c.read_tools):
         if not tool.name:
-            errors.append(f"key 'compaction.read_tools[{i}].name': expected a non-empty string")
+            errors.append(f"key '{prefix}.read_tools[{i}].name': expected a non-empty string")
+
+
+def _cross_checks(config: Config, errors: list[str]) -> None:
+    check_compaction(config.compaction, "compaction", errors)
 
 
 def parse_config(data: Any, source: str = "<config>") -> Config:
@@ -254,23 +285,28 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     return config
 
 
-def load_config(path: str | os.PathLike[str] | None) -> Config:
-    """Load and validate a YAML file; ``None`` gives the built-in defaults."""
-    if path is None:
-        return Config()
+def read_yaml(path: str | os.PathLike[str]) -> Any:
+    """Read and parse one YAML file (safe loader); :class:`ConfigError` naming the file if not."""
     source = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(source, [f"cannot read the file: {exc.strerror or exc}"]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else None
+        raise ConfigError(source, [f"cannot read the file: {reason or exc}"]) from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(source, [f"{where}not valid YAML ({problem})"]) from None
-    return parse_config(data, source)
+
+
+def load_config(path: str | os.PathLike[str] | None) -> Config:
+    """Load and validate a YAML file; ``None`` gives the built-in defaults."""
+    if path is None:
+        return Config()
+    return parse_config(read_yaml(path), str(path))
 
 
 def config_path_from_env(explicit: str | None, environ: Mapping[str, str] | None = None) -> str | None:

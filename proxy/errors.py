@@ -10,9 +10,11 @@ below are the proxy's own, each with its HTTP status and Anthropic ``error.type`
     │   └── PromptTooLong       400 invalid_request_error   still over the hard limit after every
     │                                                      compaction layer ("prompt is too long: ...")
     ├── AuthenticationFailed    401 authentication_error    unknown proxy-issued key
-    ├── PermissionDenied        403 permission_error        admin token for another tenant
     ├── NotFound                404 not_found_error         a path the proxy does not serve
     ├── RequestTooLarge         413 request_too_large       body over ``limits.max_body_bytes``
+    ├── ValidationFailed        422 invalid_request_error   a well-formed write that breaks the
+    │                                                      rules (admin API); ``error.details``
+    │                                                      lists ``{field, message}`` per bad field
     ├── UpstreamUnavailable     502 api_error               upstream refused / unreachable / reset
     │                                                      before response headers
     ├── UpstreamTimeout         504 timeout_error           upstream connect or read timeout
@@ -29,6 +31,7 @@ The message text of an error never contains message content, API keys or filesys
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from typing import ClassVar
 
 import orjson
@@ -65,11 +68,6 @@ class AuthenticationFailed(ProxyError):
     error_type = "authentication_error"
 
 
-class PermissionDenied(ProxyError):
-    status = 403
-    error_type = "permission_error"
-
-
 class NotFound(ProxyError):
     status = 404
     error_type = "not_found_error"
@@ -78,6 +76,25 @@ class NotFound(ProxyError):
 class RequestTooLarge(ProxyError):
     status = 413
     error_type = "request_too_large"
+
+
+class ValidationFailed(ProxyError):
+    """``details`` names every bad field as ``(field, message)``; nothing was written."""
+
+    status = 422
+    error_type = "invalid_request_error"
+
+    def __init__(
+        self,
+        details: Iterable[tuple[str, str]],
+        message: str | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.details = tuple((str(field), str(problem)) for field, problem in details)
+        if message is None:
+            message = "; ".join(f"{field}: {problem}" for field, problem in self.details)
+        super().__init__(message or "invalid request", headers=headers)
 
 
 class UpstreamUnavailable(ProxyError):
@@ -98,15 +115,18 @@ class Overloaded(ProxyError):
         super().__init__(message, headers={"retry-after": str(retry_after_seconds)})
 
 
-def error_body(error_type: str, message: str, request_id: str) -> bytes:
-    """The Anthropic error envelope."""
-    return orjson.dumps(
-        {
-            "type": "error",
-            "error": {"type": error_type, "message": message},
-            "request_id": request_id,
-        }
-    )
+def error_body(
+    error_type: str,
+    message: str,
+    request_id: str,
+    *,
+    details: Iterable[tuple[str, str]] | None = None,
+) -> bytes:
+    """The Anthropic error envelope; ``details`` (field, message) pairs go in ``error.details``."""
+    error: dict[str, object] = {"type": error_type, "message": message}
+    if details is not None:
+        error["details"] = [{"field": field, "message": problem} for field, problem in details]
+    return orjson.dumps({"type": "error", "error": error, "request_id": request_id})
 
 
 def sse_error_event(error_type: str, message: str, request_id: str) -> bytes:

@@ -13,8 +13,9 @@ import pytest
 
 from proxy.core.durable import Create, Evidence, Fact, PendingItem, Update
 from proxy.core.render import render_state
-from proxy.server.appkeys import DURABLE, RESOLVER, SOURCE_POLICY, STORE
+from proxy.server.appkeys import DURABLE, RESOLVER, STORE, TENANCY
 from proxy.sources.artifact_files import write_artifact
+from proxy.sources.policy import SourcePolicy
 from tests.harness import LoopThread, ProxyServer
 from tests.upstream import FakeUpstream, Reply, Stream, message_json, text_stream_events
 
@@ -24,12 +25,18 @@ T1 = "2026-12-01T11:00:00+01:00"
 MESSAGES = [{"role": "user", "content": "continue the migration"}]
 
 
+def _sources(proxy: ProxyServer) -> SourcePolicy:
+    default = proxy.app[TENANCY].current.default
+    assert default is not None
+    return default.sources
+
+
 def _client(proxy: ProxyServer, session: str = "sess-1") -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0, default_headers={"x-session-id": session})
 
 
 def _seed(loop_thread: LoopThread, proxy: ProxyServer, session: str = "sess-1") -> str:
-    policy = proxy.app[SOURCE_POLICY]
+    policy = _sources(proxy)
     assert policy.artifact_root is not None
     pointer = write_artifact(policy.artifact_root, session, "schema.sql", b"CREATE TABLE t (id int);\n")
     changes = [
@@ -80,7 +87,7 @@ def test_the_rendered_block_ends_system_and_is_stable_across_turns(upstream: Fak
     # The proxy's block is exactly what the renderer makes of the stored state.
     state = loop_thread.run(proxy.app[STORE].current_state("default", "sess-1"))
     pointers = sorted({i.source for i in (*state.facts, *state.pending, *state.evidence)})
-    resolutions = proxy.app[RESOLVER].resolve_many(pointers, proxy.app[SOURCE_POLICY])
+    resolutions = proxy.app[RESOLVER].resolve_many(pointers, _sources(proxy))
     assert text == render_state(state, dict(zip(pointers, resolutions, strict=True)))
 
 
@@ -157,7 +164,7 @@ def test_transcripts_are_recorded_and_their_pointers_resolve(upstream: FakeUpstr
     ]
     assert events[1].event.content["content"] == [{"type": "text", "text": "first answer"}]
     # Exported in the harness layout, so transcript pointers resolve.
-    policy = proxy.app[SOURCE_POLICY]
+    policy = _sources(proxy)
     resolutions = proxy.app[RESOLVER].resolve_many([e.pointer for e in events], policy)
     assert [r.status for r in resolutions] == ["available"] * 4
     # A fact confirmed by a recorded event renders as available.
@@ -193,7 +200,7 @@ def test_cut_tool_results_are_kept_as_artifacts_named_in_the_marker(upstream: Fa
     match = re.search(r"full text: (artifact:cut-1:[A-Za-z0-9._-]+:[0-9a-f]{64})\]", sent)
     assert match, sent[:300]
     pointer = match.group(1)
-    resolution = proxy.app[RESOLVER].resolve(pointer, proxy.app[SOURCE_POLICY], excerpt=True)
+    resolution = proxy.app[RESOLVER].resolve(pointer, _sources(proxy), excerpt=True)
     assert resolution.status == "available"
     assert resolution.excerpt is not None and big.startswith(resolution.excerpt)
     loop_thread.run(proxy.app[DURABLE].drain())

@@ -48,7 +48,7 @@ def message_json(
     text: str = "Hello from the fake upstream.",
     *,
     model: str = "claude-fake-1",
-    input_tokens: int = 12,
+    input_tokens: int = 0,  # 0: the proxy does not calibrate on it (scripts set real figures)
     output_tokens: int = 7,
     content: list[dict[str, Any]] | None = None,
     stop_reason: str = "end_turn",
@@ -75,7 +75,7 @@ def text_stream_events(
     *,
     deltas: int = 5,
     model: str = "claude-fake-1",
-    input_tokens: int = 12,
+    input_tokens: int = 0,  # 0: the proxy does not calibrate on it (scripts set real figures)
 ) -> list[bytes]:
     """A complete, well-formed SSE answer with ``deltas`` text deltas (plus pings)."""
     msg = message_json("", model=model, input_tokens=input_tokens, output_tokens=1, content=[])

@@ -8,16 +8,18 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
+from multidict import CIMultiDict
 
 from proxy.config import Config
 from proxy.core.protocol import validate_request
 from proxy.errors import (
+    AuthenticationFailed,
     InvalidRequest,
     NotFound,
     Overloaded,
@@ -27,22 +29,24 @@ from proxy.errors import (
     new_request_id,
 )
 from proxy.server.accumulate import AnswerAccumulator
+from proxy.server.admin import add_admin_routes
 from proxy.server.appkeys import (
     COMPACTION,
     CONFIG,
     DURABLE,
     FORWARDER,
     METRICS,
+    REQUEST_TENANT,
     RESOLVER,
-    SOURCE_POLICY,
     STATE,
     STORE,
+    TENANCY,
     ProxyState,
+    TenancyHolder,
 )
 from proxy.server.compaction import OPT_OUT_HEADER, CompactionService
 from proxy.server.durable import (
     DurableContext,
-    default_source_policy,
     session_from,
     with_system_block,
 )
@@ -56,6 +60,7 @@ from proxy.server.metrics import CONTENT_TYPE, new_metrics
 from proxy.server.usage import UsageTap
 from proxy.sources.resolver import SourceResolver
 from proxy.store import open_store
+from proxy.tenants import load_tenancy
 
 log = logging.getLogger("context_proxy.app")
 
@@ -63,8 +68,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ReadinessCheck = Callable[[], Awaitable[bool]]
 
 
-# Single-tenant until tenant policies exist; every per-tenant structure is keyed by it already.
-DEFAULT_TENANT = "default"
 
 
 def _route_of(request: web.Request) -> str:
@@ -120,6 +123,26 @@ async def admission_middleware(request: web.Request, handler: Handler) -> web.St
         return await handler(request)
     finally:
         state.inflight -= 1
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every /v1/* request belongs to a tenant: its proxy-issued key (``auth.mode: keys``) or the
+    single default tenant (``passthrough``). An unknown key is 401, nothing forwarded."""
+    if request.path.startswith("/v1/"):
+        tenant = request.app[TENANCY].current.authenticate(request.headers)
+        if tenant is None:
+            raise AuthenticationFailed("invalid x-api-key")
+        request[REQUEST_TENANT] = tenant
+    return await handler(request)
+
+
+def apply_auth(headers: CIMultiDict[str], changes: Mapping[str, str | None]) -> None:
+    """Set (or, for ``None``, remove) the upstream credentials a tenant's policy asks for."""
+    for name, value in changes.items():
+        headers.popall(name, None)
+        if value is not None:
+            headers[name] = value
 
 
 # --- body handling ---------------------------------------------------------------------------
@@ -184,8 +207,9 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     violation = validate_request(body)
     if violation is not None:
         raise InvalidRequest(violation.message)
-    tenant = DEFAULT_TENANT
-    sources = app[SOURCE_POLICY]
+    tenant_policy = request[REQUEST_TENANT]
+    tenant = tenant_policy.name
+    sources = tenant_policy.sources
     session = session_from(request.headers)
     durable = app[DURABLE]
     extra_headers: dict[str, str] = {}
@@ -197,9 +221,20 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             body = with_system_block(body, injection.block)
             faithful = None
     service = app[COMPACTION]
+    headers = request_headers_for_upstream(
+        request.headers, accept_encoding=MESSAGES_ACCEPT_ENCODING, keep_content_length=False
+    )
+    headers.popall(OPT_OUT_HEADER, None)
+    apply_auth(headers, app[TENANCY].current.upstream_auth_headers(tenant_policy, request.headers))
     artifact_session = session if session is not None and sources.artifact_root else None
     prepared = await service.prepare(
-        request.headers, body, faithful, tenant, artifact_session=artifact_session
+        request.headers,
+        body,
+        faithful,
+        tenant,
+        tenant_policy.compaction,
+        artifact_session=artifact_session,
+        upstream_headers=headers,
     )
     extra_headers.update(prepared.headers)
     result = prepared.result
@@ -209,10 +244,6 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     if recording:
         assert session is not None
         durable.record_request(tenant, sources, session, body["messages"])
-    headers = request_headers_for_upstream(
-        request.headers, accept_encoding=MESSAGES_ACCEPT_ENCODING, keep_content_length=False
-    )
-    headers.popall(OPT_OUT_HEADER, None)
     if prepared.changed:
         headers.popall("Content-Encoding", None)  # a re-serialised body is sent as identity
     forwarder = app[FORWARDER]
@@ -247,7 +278,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
                 durable.record_answer(tenant, sources, session, message, answer.stopped)
     if outcome.completed and outcome.status == 200:
         tap.close()
-        service.observe(prepared.model, prepared.estimate, tap.input_tokens)
+        service.observe(prepared.calibration_key, prepared.estimate, tap.input_tokens)
     return response
 
 
@@ -255,7 +286,14 @@ async def handle_passthrough(request: web.Request) -> web.StreamResponse:
     """Every other /v1/* path and method: byte for byte, no decoding, body streamed."""
     forwarder = request.app[FORWARDER]
     data = _body_chunks(request) if request.body_exists else None
-    upstream = await forwarder.open(request, route="passthrough", data=data, decode=False)
+    headers = request_headers_for_upstream(
+        request.headers, accept_encoding=None, keep_content_length=True
+    )
+    tenancy = request.app[TENANCY].current
+    apply_auth(headers, tenancy.upstream_auth_headers(request[REQUEST_TENANT], request.headers))
+    upstream = await forwarder.open(
+        request, route="passthrough", data=data, decode=False, headers=headers
+    )
     async with upstream:
         response, _outcome = await forwarder.relay(
             request, upstream, decoded=False, route="passthrough"
@@ -330,7 +368,6 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[STORE] = store
     app[RESOLVER] = SourceResolver()
     app[DURABLE] = DurableContext(store, app[RESOLVER])
-    app[SOURCE_POLICY] = default_source_policy(config)
     app[STATE].readiness_checks.append(store.ping)
     try:
         yield
@@ -348,10 +385,11 @@ async def _on_shutdown(app: web.Application) -> None:
 def build_app(config: Config) -> web.Application:
     # Bodies are read by the handlers with their own bound; this only guards request.read().
     app = web.Application(
-        middlewares=[error_middleware, admission_middleware],
+        middlewares=[error_middleware, admission_middleware, auth_middleware],
         client_max_size=config.limits.max_body_bytes,
     )
     app[CONFIG] = config
+    app[TENANCY] = TenancyHolder(load_tenancy(config))  # invalid policies: PolicyError, no start
     app[METRICS] = new_metrics()
     app[STATE] = ProxyState()
     app.cleanup_ctx.append(_upstream_session)
@@ -363,4 +401,5 @@ def build_app(config: Config) -> web.Application:
     app.router.add_post("/v1/messages", handle_messages, name="messages")
     app.router.add_post("/v1/messages/count_tokens", handle_messages, name="count_tokens")
     app.router.add_route("*", "/v1/{tail:.*}", handle_passthrough, name="passthrough")
+    add_admin_routes(app)
     return app

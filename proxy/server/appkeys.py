@@ -15,11 +15,18 @@ from proxy.server.compaction import CompactionService
 from proxy.server.durable import DurableContext
 from proxy.server.forward import Forwarder
 from proxy.server.metrics import Metrics
-from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import SourceResolver
 from proxy.store.base import Store
+from proxy.tenants import Tenancy, Tenant
 
 ReadinessCheck = Callable[[], Awaitable[bool]]
+
+
+@dataclass(slots=True)
+class TenancyHolder:
+    """The tenant policies in force; SIGHUP swaps ``current`` for a freshly validated value."""
+
+    current: Tenancy
 
 
 @dataclass(slots=True)
@@ -40,5 +47,6 @@ COMPACTION = web.AppKey("compaction", CompactionService)
 STORE = web.AppKey("store", Store)
 RESOLVER = web.AppKey("resolver", SourceResolver)
 DURABLE = web.AppKey("durable", DurableContext)
-# The single tenant's source policy until tenant policies are loaded.
-SOURCE_POLICY = web.AppKey("source_policy", SourcePolicy)
+TENANCY = web.AppKey("tenancy", TenancyHolder)
+# The request's tenant, set by the auth middleware on every /v1/* request.
+REQUEST_TENANT = web.RequestKey("tenant", Tenant)

@@ -84,8 +84,8 @@ def result_headers(result: CompactionResult) -> dict[str, str]:
     )
 
 
-def summary_auth_headers(headers: CIMultiDictProxy[str]) -> dict[str, Any]:
-    """The request's own credentials, exactly as the client sent them."""
+def summary_auth_headers(headers: Mapping[str, str]) -> dict[str, Any]:
+    """The credentials the request itself goes upstream with (the tenant's policy applied)."""
     auth: dict[str, Any] = {}
     if "authorization" in headers:
         auth["Authorization"] = headers["authorization"]
@@ -103,7 +103,7 @@ class Prepared:
     body: bytes
     changed: bool
     headers: dict[str, str]
-    model: str
+    calibration_key: str  # tenant and model: calibration figures never cross tenants
     estimate: int | None  # uncalibrated estimate of the forwarded view, for calibration
     result: CompactionResult | None = None
 
@@ -148,6 +148,7 @@ class CompactionService:
         tenant: str,
         config: CompactionConfig | None = None,
         artifact_session: str | None = None,
+        upstream_headers: Mapping[str, str] | None = None,
     ) -> Prepared:
         """What to forward for ``body``. ``raw`` is the client's exact bytes for ``body``, or
         ``None`` when the edge already changed the body (durable context was injected)."""
@@ -155,18 +156,19 @@ class CompactionService:
         policy = self.policy_for(config)
         model = body.get("model") if isinstance(body.get("model"), str) else ""
         assert isinstance(model, str)
+        key = f"{tenant}/{model}"
         as_sent = raw if raw is not None else orjson.dumps(body)
         changed_by_edge = raw is None
         if headers.get(OPT_OUT_HEADER, "").strip().lower() == "off" or not config.enabled:
             self.metrics.compactions.labels("off").inc()
             report = _headers(0, 0, "none", "none", "skipped", None)
-            return Prepared(as_sent, changed_by_edge, report, model, None)
+            return Prepared(as_sent, changed_by_edge, report, key, None)
         if defers_to_provider(body):
             self.metrics.compactions.labels("deferred").inc()
             report = _headers(0, 0, "deferred", "none", "skipped", None)
-            return Prepared(as_sent, changed_by_edge, report, model, None)
+            return Prepared(as_sent, changed_by_edge, report, key, None)
 
-        ratio = self.calibration.ratio(model)
+        ratio = self.calibration.ratio(key)
         request = CompactionInput(
             system=body.get("system"),
             tools=body.get("tools"),
@@ -178,7 +180,7 @@ class CompactionService:
         offload = len(as_sent) > config.offload_bytes
         outcome = await self._off_loop(offload, compact, request, policy, self.counter, self.plans, tenant)
         if not isinstance(outcome, Done):
-            summary = await self._summarize(outcome.summary_request, headers)
+            summary = await self._summarize(outcome.summary_request, upstream_headers or headers)
             outcome = Done(await self._off_loop(offload, finish, outcome.continuation, summary))
         result = outcome.result
         self.metrics.compactions.labels(result.plan_status).inc()
@@ -202,9 +204,9 @@ class CompactionService:
             )
         estimate = round(result.tokens_after / ratio) if ratio > 0 else result.tokens_after
         if not result.changed:
-            return Prepared(as_sent, changed_by_edge, report, model, estimate, result)
+            return Prepared(as_sent, changed_by_edge, report, key, estimate, result)
         forwarded = orjson.dumps({**body, "messages": result.messages})
-        return Prepared(forwarded, True, report, model, estimate, result)
+        return Prepared(forwarded, True, report, key, estimate, result)
 
     async def _off_loop(self, offload: bool, fn: Any, *args: Any) -> Any:
         """Large requests are counted and compacted in a worker thread: other streams never
@@ -213,7 +215,7 @@ class CompactionService:
             return await asyncio.to_thread(fn, *args)
         return fn(*args)
 
-    async def _summarize(self, request: SummaryRequest, headers: CIMultiDictProxy[str]) -> str | None:
+    async def _summarize(self, request: SummaryRequest, headers: Mapping[str, str]) -> str | None:
         """The L4 model call. Failure, timeout or an empty answer → ``None`` (keep the view)."""
         self.summary_calls += 1
         try:
@@ -230,7 +232,7 @@ class CompactionService:
         text = "".join(block.text for block in message.content if block.type == "text")
         return text or None
 
-    def observe(self, model: str, estimate: int | None, real: int | None) -> None:
+    def observe(self, key: str, estimate: int | None, real: int | None) -> None:
         """Calibrate: the provider's real input size against our estimate of what we sent."""
         if estimate and real:
-            self.calibration.observe(model, estimate, real)
+            self.calibration.observe(key, estimate, real)

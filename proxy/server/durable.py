@@ -20,13 +20,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import orjson
 from multidict import CIMultiDictProxy
 
-from proxy.config import Config
 from proxy.core.compaction import CompactionResult, Truncated, prefix_hashes
 from proxy.core.compaction.truncate import artifact_of
 from proxy.core.compaction.view import blocks_of
@@ -89,17 +87,6 @@ class Injection:
         if not self.available:
             headers["x-durable-context"] = "unavailable"
         return headers
-
-
-def default_source_policy(config: Config) -> SourcePolicy:
-    """Single-tenant sources: both kinds, every session, rooted in the state folder."""
-    base = Path(config.state_dir).resolve() / "sources"
-    return SourcePolicy(
-        allowed_kinds=frozenset({"transcript", "artifact"}),
-        session_patterns=("*",),
-        transcript_root=str(base / "transcripts"),
-        artifact_root=str(base / "artifacts"),
-    )
 
 
 def _now() -> str:

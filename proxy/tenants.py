@@ -1,0 +1,532 @@
+"""Tenants: who a client is, how its requests reach the provider, what it may read.
+
+One YAML file per tenant in ``policies_dir`` (format: ``policies/README.md``), validated at
+start-up into one immutable :class:`Tenancy`. A reload (SIGHUP) is :func:`load_tenancy` again; the
+server swaps its one reference, so a request keeps the value it started with.
+
+``auth.mode`` (in the config):
+
+* ``passthrough`` (the default): one tenant, every client is it, and the client's own provider
+  credentials go upstream untouched. With no policy file it is the built-in tenant ``default``;
+  with exactly one policy file, that file describes it (for admin tokens, source roots, compaction
+  overrides). Two or more files are an error.
+* ``keys``: clients send a proxy-issued key (``x-api-key``, else ``Authorization: Bearer``); its
+  SHA-256 is compared, in constant time, with every stored hash of every tenant. No match is
+  ``None`` here and a 401 ``authentication_error`` at the edge.
+
+Secrets: proxy-issued keys and admin tokens are stored only as SHA-256 digests. A tenant's provider
+key is read from an environment variable once, at load, and lives only in :class:`ProviderAuth`,
+whose ``repr`` never shows it; no error message built here contains it, nor a value from a hash or
+environment-variable-name field (an operator who pastes a key there must not find it in the logs).
+
+Environment variables are read in one place: :func:`load_tenancy` (``environ`` for tests).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from proxy.config import (
+    CompactionConfig,
+    Config,
+    ConfigError,
+    build_section,
+    check_compaction,
+    read_yaml,
+)
+from proxy.core.pointers import KINDS, is_valid_component
+from proxy.sources.policy import SourcePolicy
+
+__all__ = [
+    "DEFAULT_TENANT",
+    "PolicyError",
+    "ProviderAuth",
+    "Tenancy",
+    "Tenant",
+    "load_tenancy",
+]
+
+DEFAULT_TENANT = "default"
+POLICY_SUFFIXES = (".yaml", ".yml")
+MAX_NAME_LENGTH = 64
+
+AuthMode = Literal["passthrough", "keys"]
+ProviderMode = Literal["env", "passthrough"]
+
+_HEX_DIGEST_RE = re.compile(r"[0-9a-fA-F]{64}", re.ASCII)
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+# Printable ASCII without whitespace: header values (a trailing newline from `$(cat file)` is an
+# error) and session globs.
+_PRINTABLE_RE = re.compile(r"[\x21-\x7e]+", re.ASCII)
+_HASH_HINT = 'printf %s "$KEY" | sha256sum'
+
+
+# --- the values ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderAuth:
+    """How a tenant's requests authenticate to the provider.
+
+    ``env``: the proxy sends ``api_key`` (read from ``api_key_env`` at load) as ``x-api-key``.
+    ``passthrough``: the client's own credentials go upstream.
+    """
+
+    mode: ProviderMode
+    api_key_env: str | None = None
+    api_key: str | None = None
+
+    def __repr__(self) -> str:
+        shown = "None" if self.api_key is None else "<hidden>"
+        return f"ProviderAuth(mode={self.mode!r}, api_key_env={self.api_key_env!r}, api_key={shown})"
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    name: str
+    api_key_hashes: tuple[bytes, ...] = field(repr=False)
+    provider: ProviderAuth
+    sources: SourcePolicy
+    # The config's compaction section with this tenant's overrides applied.
+    compaction: CompactionConfig
+    admin_token_hashes: tuple[bytes, ...] = field(repr=False)
+    # The policy file it came from ("" for the built-in default tenant).
+    policy_file: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Tenancy:
+    """Every tenant, immutable: swapping one reference to a new value is a safe reload."""
+
+    mode: AuthMode
+    tenants: tuple[Tenant, ...]
+    # The tenant every client is in passthrough mode; None in keys mode.
+    default: Tenant | None
+
+    def authenticate(self, headers: Mapping[str, str]) -> Tenant | None:
+        """The tenant whose proxy-issued key the client sent; ``None``: unknown or no key (401).
+
+        The key is taken from ``x-api-key``, else ``Authorization: Bearer``. Its SHA-256 is
+        compared with every stored hash (no early exit), so the time taken does not depend on
+        which key matched, or on how much of a hash matched. Passthrough: the default tenant.
+        """
+        if self.mode == "passthrough":
+            return self.default
+        presented = _presented_key(headers)
+        if presented is None:
+            return None
+        return _match(presented[0], ((t, h) for t in self.tenants for h in t.api_key_hashes))
+
+    def admin(self, token: str) -> Tenant | None:
+        """The tenant an admin token (the bearer value) belongs to; ``None`` if none."""
+        if not token:
+            return None
+        return _match(token, ((t, h) for t in self.tenants for h in t.admin_token_hashes))
+
+    def upstream_auth_headers(
+        self, tenant: Tenant, client_headers: Mapping[str, str]
+    ) -> dict[str, str | None]:
+        """Auth headers to set on the upstream request (``None``: remove the header).
+
+        * provider ``env``: the tenant's provider key as ``x-api-key``, ``authorization`` removed;
+        * provider ``passthrough`` in auth mode ``passthrough``: ``{}``, the client's headers go
+          upstream untouched;
+        * provider ``passthrough`` in auth mode ``keys``: the header that carried the
+          proxy-issued key is removed (that key is ours, never the provider's); the client's
+          other credential header (``authorization`` when the proxy key came in ``x-api-key``)
+          goes upstream untouched.
+        """
+        if tenant.provider.mode == "env":
+            if tenant.provider.api_key is None:  # load_tenancy never builds this
+                raise ValueError("an env provider without a key")
+            return {"x-api-key": tenant.provider.api_key, "authorization": None}
+        if self.mode == "passthrough":
+            return {}
+        presented = _presented_key(client_headers)
+        return {} if presented is None else {presented[1]: None}
+
+    def by_name(self, name: str) -> Tenant | None:
+        return next((t for t in self.tenants if t.name == name), None)
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """``name`` (lowercase) looked up case-insensitively, in a CIMultiDict or a plain dict."""
+    value = headers.get(name)
+    if value is None:
+        for key, candidate in headers.items():
+            if key.lower() == name:
+                return candidate
+    return value
+
+
+def _presented_key(headers: Mapping[str, str]) -> tuple[str, str] | None:
+    """(the proxy-issued key, the header it came in), or None when the client sent none."""
+    key = _header(headers, "x-api-key")
+    if key:
+        return key, "x-api-key"
+    authorization = _header(headers, "authorization")
+    if authorization:
+        scheme, _, token = authorization.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() == "bearer" and token:
+            return token, "authorization"
+    return None
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()
+
+
+def _match(secret: str, candidates: Iterable[tuple[Tenant, bytes]]) -> Tenant | None:
+    digest = _digest(secret)
+    found: Tenant | None = None
+    for tenant, stored in candidates:  # every candidate, always: no early exit
+        if hmac.compare_digest(stored, digest):
+            found = tenant
+    return found
+
+
+# --- the file format ----------------------------------------------------------------------------
+
+
+_NAME_EXPECTED = (
+    "a tenant name: [A-Za-z0-9][A-Za-z0-9._-]{0,63}, not ending in '.', not a Windows device name"
+)
+
+
+def _provider_mode(value: str) -> str | None:
+    return None if value in ("env", "passthrough") else "one of env, passthrough"
+
+
+def _kinds(value: tuple[str, ...]) -> str | None:
+    return None if set(value) <= KINDS else "a list of: artifact, transcript"
+
+
+def _patterns(value: tuple[str, ...]) -> str | None:
+    for pattern in value:
+        if not pattern or not _PRINTABLE_RE.fullmatch(pattern):
+            return "a list of non-empty glob patterns (printable ASCII, no spaces)"
+    return None
+
+
+def _absolute(value: str) -> str | None:
+    return None if os.path.isabs(value) and "\x00" not in value else "an absolute path"
+
+
+def _tenant_name(value: str) -> str | None:
+    if is_valid_component(value) and len(value) <= MAX_NAME_LENGTH:
+        return None
+    return _NAME_EXPECTED
+
+
+_CONFIG_DEFAULT_COMPACTION = CompactionConfig()
+
+
+@dataclass(frozen=True, slots=True)
+class _ProviderFile:
+    mode: str = field(default="", metadata={"check": _provider_mode})
+    api_key_env: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _SourcesFile:
+    kinds: tuple[str, ...] = field(default=("transcript", "artifact"), metadata={"check": _kinds})
+    session_patterns: tuple[str, ...] = field(default=("*",), metadata={"check": _patterns})
+    # "" = the default: <state_dir>/tenants/<name>/<kind>s (keys) or <state_dir>/sources/<kind>s
+    transcript_root: str = field(default="", metadata={"check": _absolute})
+    artifact_root: str = field(default="", metadata={"check": _absolute})
+
+
+@dataclass(frozen=True, slots=True)
+class _PolicyFile:
+    name: str = field(default="", metadata={"check": _tenant_name})
+    api_keys_sha256: tuple[str, ...] = ()
+    provider: _ProviderFile = _ProviderFile()
+    sources: _SourcesFile = _SourcesFile()
+    compaction: CompactionConfig = _CONFIG_DEFAULT_COMPACTION  # replaced by the config's section
+    admin_tokens_sha256: tuple[str, ...] = ()
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+class PolicyError(ConfigError):
+    """Invalid tenant policies: ``errors`` lists every problem, each line naming its own file
+    (a policy file, or the config for ``auth.mode`` / ``policies_dir``)."""
+
+    def __init__(self, source: str, lines: list[str]) -> None:
+        super().__init__(source, lines)
+        self.args = ("\n".join(lines),)
+
+
+def load_tenancy(
+    config: Config, *, environ: Mapping[str, str] | None = None, source: str = "<config>"
+) -> Tenancy:
+    """Load and validate every policy file of ``config.policies_dir`` for ``config.auth.mode``.
+
+    Raises :class:`PolicyError` (a :class:`ConfigError`) listing every problem found, each naming
+    the file, the key and what was expected; ``source`` names the config file in problems with
+    ``auth.mode`` or ``policies_dir``. Provider keys come from ``environ`` (default: the process
+    environment), read once, here. A reload is this call again.
+    """
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    mode = config.auth.mode
+    if mode not in ("passthrough", "keys"):
+        problems.append(f"{source}: key 'auth.mode': expected one of passthrough, keys, got {mode!r}")
+        raise PolicyError(source, problems)
+    state_dir = os.path.abspath(config.state_dir)
+    files = _policy_files(config.policies_dir, source, problems)
+    loaded: list[Tenant] = []
+    for path in files:
+        try:
+            data = read_yaml(path)
+        except ConfigError as exc:
+            problems.extend(f"{exc.source}: {e}" for e in exc.errors)
+            continue
+        errors: list[str] = []
+        tenant = _tenant(data, path, config, mode, state_dir, env, errors)
+        problems.extend(f"{path}: {e}" for e in errors)
+        if tenant is not None:
+            loaded.append(tenant)
+    if mode == "passthrough" and len(files) > 1:
+        names = ", ".join(Path(f).name for f in files)
+        problems.append(
+            f"{source}: key 'auth.mode': expected 'keys' when policies_dir holds more than one"
+            f" policy file ({len(files)}: {names}), got 'passthrough'"
+        )
+    else:  # (several passthrough files would clash on the shared default roots: noise)
+        _check_across_files(loaded, problems)
+    if mode == "keys" and not files and not problems:
+        problems.append(
+            f"{source}: key 'policies_dir': expected a directory holding at least one policy file"
+            f" (*.yaml) with auth.mode 'keys', got {config.policies_dir!r}"
+        )
+    if problems:
+        raise PolicyError(source, problems)
+    if mode == "keys":
+        return Tenancy("keys", tuple(loaded), None)
+    default = loaded[0] if loaded else _builtin_default(config, state_dir)
+    return Tenancy("passthrough", (default,), default)
+
+
+def _builtin_default(config: Config, state_dir: str) -> Tenant:
+    base = os.path.join(state_dir, "sources")
+    return Tenant(
+        name=DEFAULT_TENANT,
+        api_key_hashes=(),
+        provider=ProviderAuth("passthrough"),
+        sources=SourcePolicy(
+            KINDS, ("*",), os.path.join(base, "transcripts"), os.path.join(base, "artifacts")
+        ),
+        compaction=config.compaction,
+        admin_token_hashes=(),
+    )
+
+
+def _policy_files(policies_dir: str, source: str, problems: list[str]) -> list[str]:
+    """The policy files, in name order: ``*.yaml`` / ``*.yml``, not hidden, not in subfolders."""
+    if not policies_dir:
+        return []
+    try:
+        entries = sorted(Path(policies_dir).iterdir())
+    except OSError as exc:
+        problems.append(
+            f"{source}: key 'policies_dir': expected a readable directory, got {policies_dir!r}"
+            f" ({exc.strerror or type(exc).__name__})"
+        )
+        return []
+    return [
+        str(p)
+        for p in entries
+        if p.suffix in POLICY_SUFFIXES and not p.name.startswith(".") and p.is_file()
+    ]
+
+
+def _tenant(
+    data: Any,
+    path: str,
+    config: Config,
+    mode: str,
+    state_dir: str,
+    env: Mapping[str, str],
+    errors: list[str],
+) -> Tenant | None:
+    """One policy file's tenant, or ``None`` with its problems appended to ``errors``."""
+    raw = build_section(_PolicyFile, data, "", errors, _PolicyFile(compaction=config.compaction))
+    _require(data, errors)
+    api_keys = _hashes(raw.api_keys_sha256, "api_keys_sha256", errors)
+    admin_tokens = _hashes(raw.admin_tokens_sha256, "admin_tokens_sha256", errors)
+    if mode == "passthrough":
+        if raw.api_keys_sha256:
+            errors.append(
+                "key 'api_keys_sha256': expected no keys with auth.mode 'passthrough' (every"
+                " client is this tenant; set auth.mode: keys to require keys),"
+                f" got {len(raw.api_keys_sha256)}"
+            )
+        if raw.provider.mode == "env":
+            errors.append(
+                "key 'provider.mode': expected 'passthrough' with auth.mode 'passthrough' (an env"
+                " provider key would serve every client that reaches the proxy; use auth.mode:"
+                " keys), got 'env'"
+            )
+    provider = _provider(raw.provider, env, errors)
+    check_compaction(raw.compaction, "compaction", errors)
+    if mode == "passthrough":
+        default_base = os.path.join(state_dir, "sources")
+    else:
+        default_base = os.path.join(state_dir, "tenants", raw.name)
+    transcript_root = raw.sources.transcript_root or os.path.join(default_base, "transcripts")
+    artifact_root = raw.sources.artifact_root or os.path.join(default_base, "artifacts")
+    if errors or provider is None:
+        return None
+    try:
+        sources = SourcePolicy(
+            frozenset(raw.sources.kinds),
+            raw.sources.session_patterns,
+            os.path.normpath(transcript_root),
+            os.path.normpath(artifact_root),
+        )
+    except ValueError as exc:  # every rule is checked above; a safety net, never a crash
+        errors.append(f"key 'sources': expected a valid source policy ({exc})")
+        return None
+    return Tenant(
+        name=raw.name,
+        api_key_hashes=api_keys,
+        provider=provider,
+        sources=sources,
+        compaction=raw.compaction,
+        admin_token_hashes=admin_tokens,
+        policy_file=path,
+    )
+
+
+def _require(data: Any, errors: list[str]) -> None:
+    """The keys without a default: ``name`` and ``provider.mode``."""
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        return  # already reported by build_section
+    if "name" not in data:
+        errors.append(f"key 'name': expected {_NAME_EXPECTED}, missing")
+    provider = data.get("provider")
+    if "provider" not in data:
+        errors.append("key 'provider': expected a mapping with mode: env or passthrough, missing")
+    elif provider is None or (isinstance(provider, Mapping) and "mode" not in provider):
+        errors.append("key 'provider.mode': expected one of env, passthrough, missing")
+
+
+def _hashes(values: tuple[str, ...], key: str, errors: list[str]) -> tuple[bytes, ...]:
+    """64 hex digits each, once each. A bad value is never echoed: it may be a pasted key."""
+    digests: list[bytes] = []
+    seen: dict[bytes, int] = {}
+    for i, value in enumerate(values):
+        if _HEX_DIGEST_RE.fullmatch(value) is None:
+            errors.append(
+                f"key '{key}[{i}]': expected 64 hex digits, the SHA-256 of the secret"
+                f" ({_HASH_HINT}), got a value of {len(value)} characters (not shown)"
+            )
+            continue
+        digest = bytes.fromhex(value)
+        if digest in seen:
+            errors.append(
+                f"key '{key}[{i}]': expected each hash once, got a repeat of {key}[{seen[digest]}]"
+            )
+            continue
+        seen[digest] = i
+        digests.append(digest)
+    return tuple(digests)
+
+
+def _provider(raw: _ProviderFile, env: Mapping[str, str], errors: list[str]) -> ProviderAuth | None:
+    """The provider section; for ``env``, the key read from the environment (never echoed)."""
+    key = "provider.api_key_env"
+    if raw.mode != "env":
+        if raw.api_key_env:
+            errors.append(
+                f"key '{key}': expected no variable with provider.mode 'passthrough' (the"
+                " client's own key goes upstream), got a value (not shown)"
+            )
+        return ProviderAuth("passthrough") if raw.mode == "passthrough" else None
+    if not raw.api_key_env:
+        errors.append(
+            f"key '{key}': expected the name of the environment variable holding the tenant's"
+            " provider API key (required with provider.mode 'env'), missing"
+        )
+        return None
+    if _ENV_NAME_RE.fullmatch(raw.api_key_env) is None:
+        errors.append(
+            f"key '{key}': expected an environment variable name ([A-Za-z_][A-Za-z0-9_]*), got"
+            f" a value of {len(raw.api_key_env)} characters that is not one (not shown: it may be"
+            " a key)"
+        )
+        return None
+    name = raw.api_key_env
+    value = env.get(name)
+    if value is None:
+        errors.append(f"key '{key}': expected environment variable {name} to be set, it is not")
+        return None
+    if not value:
+        errors.append(f"key '{key}': expected environment variable {name} to be non-empty, it is empty")
+        return None
+    if _PRINTABLE_RE.fullmatch(value) is None:
+        errors.append(
+            f"key '{key}': expected environment variable {name} to hold printable ASCII without"
+            " whitespace (check for a trailing newline), it does not (value not shown)"
+        )
+        return None
+    return ProviderAuth("env", name, value)
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Equal, or one inside the other (as written, normalised; symlinks are not resolved)."""
+    a_dir, b_dir = a.rstrip("/") + "/", b.rstrip("/") + "/"
+    return a_dir.startswith(b_dir) or b_dir.startswith(a_dir)
+
+
+def _check_across_files(tenants: list[Tenant], problems: list[str]) -> None:
+    """Names unique (ignoring case), every hash used once, no two tenants' roots overlapping."""
+    names: dict[str, str] = {}
+    hashes: dict[bytes, tuple[str, str]] = {}
+    roots: list[tuple[Tenant, str, str]] = []
+    for tenant in tenants:
+        path = tenant.policy_file
+        folded = tenant.name.casefold()
+        if folded in names:
+            problems.append(
+                f"{path}: key 'name': expected a name no other policy file uses (compared"
+                f" ignoring case), got {tenant.name!r}, also in {names[folded]}"
+            )
+        else:
+            names[folded] = path
+        labelled = [(f"api_keys_sha256[{i}]", h) for i, h in enumerate(tenant.api_key_hashes)]
+        labelled += [(f"admin_tokens_sha256[{i}]", h) for i, h in enumerate(tenant.admin_token_hashes)]
+        for label, digest in labelled:
+            if digest in hashes:
+                other_path, other_label = hashes[digest]
+                problems.append(
+                    f"{path}: key '{label}': expected a hash used once across every key and admin"
+                    f" token of every policy file, got one also in {other_path} key '{other_label}'"
+                )
+            else:
+                hashes[digest] = (path, label)
+        for key, root in (
+            ("sources.transcript_root", tenant.sources.transcript_root),
+            ("sources.artifact_root", tenant.sources.artifact_root),
+        ):
+            assert root is not None
+            for other, other_key, other_root in roots:
+                if other is not tenant and _overlaps(root, other_root):
+                    problems.append(
+                        f"{path}: key '{key}': expected a directory that no other tenant's root"
+                        f" contains, equals or is inside, got {root!r}, which overlaps"
+                        f" {other.policy_file} key '{other_key}' ({other_root!r})"
+                    )
+            roots.append((tenant, key, root))
