@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -13,10 +12,11 @@ import pytest
 from proxy.core.protocol import validate_messages
 from proxy.core.tokens import TokenCounter
 from tests.harness import ProxyServer
+from tests.shared_data import CC_TRANSCRIPT
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 
 KEY = "sk-ant-compaction-test-000111"
-TRANSCRIPT = Path(__file__).resolve().parents[2] / "shared" / "data" / "transcripts" / "cc_mclaude_3af9b1a7_with_autocompact_full.json"
+TRANSCRIPT = CC_TRANSCRIPT
 SUMMARY_MODEL = "claude-summary-test"
 SMALL = {"threshold": 20_000, "hard_limit": 60_000, "summary": {"model": SUMMARY_MODEL}}
 

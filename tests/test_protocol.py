@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core.protocol import Violation, validate_messages, validate_request
+from tests.shared_data import CC_TRANSCRIPT
+from tests.shared_data import TRANSCRIPTS as SHARED_TRANSCRIPTS
 
-TRANSCRIPTS = sorted(Path("/work/shared/data/transcripts").glob("*.json"))
-CC = Path("/work/shared/data/transcripts/cc_mclaude_3af9b1a7_with_autocompact_full.json")
+TRANSCRIPTS = sorted(SHARED_TRANSCRIPTS.glob("*.json"))
+CC = CC_TRANSCRIPT
 
 Msg = dict[str, Any]
 

@@ -35,9 +35,10 @@ from proxy.replay.runner import (
     shared_prefix_tokens,
     with_overrides,
 )
+from tests.shared_data import DATA as SHARED_DATA
 from tests.upstream import FakeUpstream, Reply
 
-DATA = Path("/work/shared/data")
+DATA = SHARED_DATA
 TRANSCRIPT = DATA / "transcripts" / "cc_mclaude_3af9b1a7_with_autocompact_full.json"
 RAW = DATA / "claude-code-sessions" / "3af9b1a7-6512-4883-ad18-320658ced099.jsonl"
 needs_data = pytest.mark.skipif(

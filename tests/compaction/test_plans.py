@@ -6,7 +6,6 @@ import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +25,9 @@ from proxy.core.compaction import (
 from proxy.core.compaction.view import FromClient
 from proxy.core.tokens import TokenCounter
 from tests.compaction.invariants import check_view, dumps
+from tests.shared_data import TRANSCRIPTS as SHARED_TRANSCRIPTS
 
-TRANSCRIPTS = Path("/work/shared/data/transcripts")
+TRANSCRIPTS = SHARED_TRANSCRIPTS
 CLAUDE_CODE = TRANSCRIPTS / "cc_mclaude_3af9b1a7_with_autocompact_full.json"
 
 pytestmark = pytest.mark.skipif(not CLAUDE_CODE.exists(), reason="transcripts not available")

@@ -16,9 +16,10 @@ from proxy.sources.artifact_files import write_artifact
 from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import Resolution, SourceResolver
 from proxy.sources.transcript_files import TranscriptEvent, append_events
+from tests.shared_data import CC_TRANSCRIPT
 from tests.sources.conftest import BOTH, event
 
-CC = Path("/work/shared/data/transcripts/cc_mclaude_3af9b1a7_with_autocompact_full.json")
+CC = CC_TRANSCRIPT
 if not CC.is_file():
     CC = (
         Path(__file__).resolve().parents[3]

@@ -19,13 +19,10 @@ from proxy.sources.artifact_files import write_artifact
 from proxy.sources.policy import authorise
 from proxy.sources.resolver import SourceResolver
 from proxy.sources.transcript_files import append_events
+from tests.shared_data import TRAVERSAL_PAYLOADS
 from tests.sources.conftest import A_TXT_SHA, AuditOpener, Tenant, event
 
-_CANDIDATES = [
-    Path(__file__).resolve().parents[3] / "shared" / "data" / "traversal-payloads.json",
-    Path("/work/shared/data/traversal-payloads.json"),
-]
-PAYLOADS_FILE = next((p for p in _CANDIDATES if p.is_file()), None)
+PAYLOADS_FILE = TRAVERSAL_PAYLOADS if TRAVERSAL_PAYLOADS.is_file() else None
 ENTRIES: list[dict[str, Any]] = (
     json.loads(PAYLOADS_FILE.read_text(encoding="utf-8")) if PAYLOADS_FILE else []
 )
