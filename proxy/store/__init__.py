@@ -4,7 +4,12 @@
 
 * ``sqlite:///relative/path.db`` and ``sqlite:////absolute/path.db`` (three slashes, then the
   path, as ``Config.store_url`` builds it from ``state_dir``): the embedded SQLite backend;
-* ``postgresql://...`` / ``postgres://...``: a later issue.
+* ``postgresql://user:password@host:port/database`` (or ``postgres://``; asyncpg's URL syntax,
+  whose other query parameters, e.g. ``?search_path=cp``, are passed to the server as settings):
+  the PostgreSQL backend, for several replicas sharing one database.
+
+``busy_timeout_ms`` is how long a writer waits for another writer's lock before the store is
+unavailable: SQLite's busy timeout, PostgreSQL's ``lock_timeout``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from proxy.store.base import (
     StoreUnavailable,
     TranscriptEvent,
 )
+from proxy.store.postgres import PostgresStore
 from proxy.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SQLiteStore
 
 __all__ = [
@@ -32,6 +38,7 @@ __all__ = [
     "DuplicateEvent",
     "HistoryEntry",
     "ManifestConflict",
+    "PostgresStore",
     "Prefix",
     "PrefixConflict",
     "RecordedEvent",
@@ -69,5 +76,5 @@ async def open_store(url: str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
     if scheme == "sqlite":
         return await SQLiteStore.open(sqlite_path(url), busy_timeout_ms=busy_timeout_ms)
     if scheme in ("postgresql", "postgres"):
-        raise ValueError("the PostgreSQL store is not available yet; use sqlite:///path.db")
-    raise ValueError("expected a store URL: sqlite:///path/to/file.db")
+        return await PostgresStore.open(url, lock_timeout_ms=busy_timeout_ms)
+    raise ValueError("expected a store URL: sqlite:///path/to/file.db or postgresql://...")

@@ -498,7 +498,7 @@ async def test_ping_and_close(store_url: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["", "mysql://x/y", "postgresql://user:secret@db/x", "sqlite://", "sqlite:///"]
+    "url", ["", "mysql://x/y", "postgresql://user:secret@db:notaport/x", "sqlite://", "sqlite:///"]
 )
 async def test_unusable_urls(url: str) -> None:
     with pytest.raises(ValueError) as caught:
