@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import anthropic
 import pytest
 
 from tests.harness import LoopThread, ProxyServer, proxy_config
@@ -20,6 +21,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _close_sdk_clients(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every sync SDK client a test made, so that no pooled socket outlives its test
+    (an unclosed socket found by the garbage collector later is an error under filterwarnings)."""
+    created: list[anthropic.Anthropic] = []
+    original = anthropic.Anthropic.__init__
+
+    def init(self: anthropic.Anthropic, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        created.append(self)
+
+    monkeypatch.setattr(anthropic.Anthropic, "__init__", init)
+    yield
+    for client in created:
+        client.close()
 
 
 @pytest.fixture(scope="session")

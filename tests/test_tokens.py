@@ -20,11 +20,15 @@ from hypothesis import strategies as st
 from proxy.core.tokens import (
     BLOCK_OVERHEAD,
     FIXED_MEDIA_TOKENS,
+    MARKER,
+    MARKER_JSON,
     MESSAGE_OVERHEAD,
     PDF_PAGE_TOKENS,
     Calibration,
     RequestCount,
     TokenCounter,
+    canonical_all,
+    containing,
     image_dimensions,
 )
 from tests.shared_data import CC_TRANSCRIPT
@@ -471,6 +475,177 @@ def test_memo_never_changes_a_count(contents: list[list[str]]) -> None:
     plain = TokenCounter(cache_size=0)
     for _ in range(2):
         assert memo.count_request(None, None, messages) == plain.count_request(None, None, messages)
+
+
+# --- the message memo -----------------------------------------------------------------------
+
+
+def keyed(tc: TokenCounter, messages: list[Any], system: Any = None, tools: Any = None) -> Any:
+    """``count_request`` through the message memo (the caller hands the canonical JSON over)."""
+    return tc.count_request(system, tools, messages, canonical_all(messages))
+
+
+def test_message_memo_gives_the_same_counts(transcript: dict[str, Any]) -> None:
+    request = (transcript["system"], transcript["tools"], transcript["messages"])
+    plain = TokenCounter(cache_size=0).count_request(*request)
+    tc = TokenCounter()
+    cold = keyed(tc, request[2], request[0], request[1])
+    assert cold == plain
+    assert tc.message_misses == len(request[2]) and tc.message_hits == 0
+    hits, misses = tc.hits, tc.misses
+    warm = keyed(tc, request[2], request[0], request[1])
+    assert warm == plain
+    assert tc.message_hits == len(request[2])
+    # a message-level hit visits no block: only system and tools went to the block memo
+    assert tc.misses == misses
+    assert tc.hits - hits == len(request[1]) + (request[0] is not None)
+    marked = containing(canonical_all(request[2]), MARKER_JSON)
+    assert tc.count_request(*request, canonical_all(request[2]), marked) == plain
+
+
+def _with_marker(block: dict[str, Any]) -> dict[str, Any]:
+    return {**block, MARKER: {"type": "ephemeral"}}
+
+
+def test_a_moved_marker_still_hits_the_message_memo(tc: TokenCounter) -> None:
+    result = {"type": "tool_result", "tool_use_id": "t1", "content": "a long output " * 200}
+    message = {"role": "user", "content": [result, {"type": "text", "text": "and then?"}]}
+    marked = {**message, "content": [_with_marker(result), message["content"][1]]}
+    nested = {
+        **message,
+        "content": [
+            {**result, "content": [_with_marker({"type": "text", "text": "a long output"})]},
+        ],
+    }
+    assert keyed(tc, [marked]) == keyed(tc, [message])
+    assert (tc.message_misses, tc.message_hits) == (1, 1)
+    keyed(tc, [{**message, MARKER: {"type": "ephemeral"}}])  # a message-level marker too
+    assert tc.message_hits == 2
+    plain = TokenCounter(cache_size=0)
+    assert keyed(tc, [nested]).messages == (plain.count_message(nested),)
+
+
+def test_a_marker_that_is_counted_is_part_of_the_message_key(tc: TokenCounter) -> None:
+    """Unknown blocks are counted as their JSON, marker included: no sharing with the bare one."""
+    block = {"type": "mystery", "payload": "x" * 50}
+    bare = {"role": "user", "content": [block]}
+    marked = {"role": "user", "content": [_with_marker(block)]}
+    nested = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "t", "content": [_with_marker(block)]}],
+    }
+    bare_nested = {
+        "role": "user",
+        "content": [{"type": "tool_result", "tool_use_id": "t", "content": [block]}],
+    }
+    plain = TokenCounter(cache_size=0)
+    for messages in ([bare], [marked], [bare], [nested], [bare_nested], [marked]):
+        assert keyed(tc, messages).messages == (plain.count_message(messages[0]),)
+    assert plain.count_message(marked) > plain.count_message(bare)
+    assert tc.message_hits == 2
+
+
+def test_odd_blocks_with_markers_are_keyed_by_their_full_json(tc: TokenCounter) -> None:
+    odd: list[Any] = [
+        {"type": ["not", "a", "string"], MARKER: {"type": "ephemeral"}},
+        [{"type": "text", "text": "a list as a block", MARKER: {"type": "ephemeral"}}],
+        {"role": "user", "content": "x", MARKER: {"type": "ephemeral"}},
+    ]
+    messages = [{"role": "user", "content": [block]} for block in odd]
+    plain = TokenCounter(cache_size=0)
+    for _ in range(2):
+        assert keyed(tc, messages) == plain.count_request(None, None, messages)
+
+
+def test_message_memo_is_a_bounded_lru() -> None:
+    tc = TokenCounter(cache_size=100, message_cache_size=2)
+    messages = [{"role": "user", "content": f"message {i}"} for i in range(3)]
+    keyed(tc, messages)
+    assert tc.message_cache_len == 2
+    keyed(tc, messages[1:])
+    assert tc.message_hits == 2
+    keyed(tc, messages[:1])  # evicted
+    assert tc.message_hits == 2 and tc.message_misses == 4
+    assert TokenCounter(cache_size=8).message_cache_len == 0
+    off = TokenCounter(cache_size=0)
+    assert keyed(off, messages) == keyed(off, messages)
+    assert (off.message_hits, off.message_cache_len) == (0, 0)
+
+
+def test_message_memo_skips_what_it_cannot_key(tc: TokenCounter) -> None:
+    messages: list[Any] = ["a bare string", {"role": "user", "content": "\ud800"}]
+    canonical = canonical_all(messages)
+    assert canonical[1] is None
+    plain = TokenCounter(cache_size=0).count_request(None, None, messages)
+    assert tc.count_request(None, None, messages, canonical) == plain
+    assert tc.count_request(None, None, messages, canonical) == plain
+    assert (tc.message_hits, tc.message_misses) == (0, 0)
+    with pytest.raises(ValueError):
+        tc.count_request(None, None, messages, canonical[:1])
+
+
+def test_concurrent_message_counts_from_threads(transcript: dict[str, Any]) -> None:
+    messages = transcript["messages"]
+    canonical = canonical_all(messages)
+    expected = TokenCounter(cache_size=0).count_request(None, None, messages)
+    shared = TokenCounter(cache_size=50, message_cache_size=20)  # constant eviction
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(
+            pool.map(lambda _: shared.count_request(None, None, messages, canonical), range(8))
+        )
+    assert all(r == expected for r in results)
+    assert shared.message_cache_len == 20
+    assert shared.message_hits + shared.message_misses == 8 * len(messages)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["text", "tool_result", "nested", "mystery", "string"]),
+            st.booleans(),
+            st.text(max_size=30),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_message_memo_never_changes_a_count(shape: list[tuple[str, bool, str]]) -> None:
+    def block(kind: str, mark: bool, text: str) -> Any:
+        made: Any
+        if kind == "text":
+            made = {"type": "text", "text": text}
+        elif kind == "tool_result":
+            made = {"type": "tool_result", "tool_use_id": "t", "content": text}
+        elif kind == "nested":
+            inner = {"type": "mystery", "v": text}
+            made = {
+                "type": "tool_result",
+                "tool_use_id": "t",
+                "content": [_with_marker(inner) if mark else inner],
+            }
+        elif kind == "mystery":
+            made = {"type": "mystery", "v": text}
+        else:
+            return text
+        return _with_marker(made) if mark else made
+
+    memo = TokenCounter(cache_size=4, message_cache_size=3)
+    plain = TokenCounter(cache_size=0)
+    # every block with and without its marker, in one conversation: keys must never mix them up
+    messages = [{"role": "user", "content": [block(k, m, t)]} for k, m, t in shape]
+    messages += [{"role": "user", "content": [block(k, not m, t)]} for k, m, t in shape]
+    for _ in range(2):
+        assert keyed(memo, messages) == plain.count_request(None, None, messages)
+
+
+def test_containing() -> None:
+    canonical = canonical_all(
+        [{"a": 1}, {MARKER: 1}, {"text": "cache_control"}, {"text": '"cache_control"'}]
+    )
+    # a value "cache_control" looks like the key: a false alarm only means a closer look
+    assert containing(canonical, MARKER_JSON) == [False, True, True, False]
+    assert containing([None, b"x"], MARKER_JSON) == [True, False]
 
 
 @pytest.mark.slow

@@ -11,6 +11,18 @@ A re-sent history therefore costs time proportional to its *new* blocks. ``uncac
 the edge how much tokenising a request still needs, so it can move large counts off the event loop
 (``count_request`` is thread-safe).
 
+A caller that has the messages' canonical JSON anyway (``canonical_all``: the compaction pipeline
+hashes every message for its prefix hashes) passes it to ``count_request``, which then also keeps a
+second, **message-level** LRU memo ``key -> tokens`` in front of the block memo: a message seen
+before costs one hash and one lookup instead of a dump and a hash per block. A miss falls back to
+the block memo, so an edited message still only tokenises its new blocks. The key is
+``xxh3_64`` of the message's canonical JSON *without* its ``cache_control`` markers (exactly the
+message hash of the compaction plans' prefix hashes) whenever the message's count cannot depend on
+them: markers are never counted by the known block types, only by the canonical-JSON estimate of
+unknown ones. So a client moving its cache breakpoint (Claude Code does, every turn) keeps hitting;
+a message with a marker on a block of an unknown type is keyed by its full JSON instead. Either
+way a message-level hit returns exactly what ``count_message`` would.
+
 cl100k is not Claude's tokenizer; ``Calibration`` learns the real/estimate ratio per model from the
 provider's reported usage.
 
@@ -51,10 +63,12 @@ import binascii
 import math
 import re
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from itertools import accumulate
+from typing import Any, cast
 
 import orjson
 import tiktoken
@@ -63,11 +77,17 @@ import xxhash
 __all__ = [
     "BLOCK_OVERHEAD",
     "FIXED_MEDIA_TOKENS",
+    "MARKER",
+    "MARKER_JSON",
     "MESSAGE_OVERHEAD",
     "PDF_PAGE_TOKENS",
     "Calibration",
     "RequestCount",
     "TokenCounter",
+    "canonical_all",
+    "canonical_json",
+    "containing",
+    "strip_markers",
 ]
 
 BLOCK_OVERHEAD = 3
@@ -86,6 +106,29 @@ _encodings_lock = threading.Lock()
 _SEED_BLOCK = 0
 _SEED_STR = 1
 _SEED_TOOL = 2
+# The message memo is a dict of its own: unseeded keys are marker-free message hashes; the seed
+# keeps apart the keys of messages whose count depends on their markers.
+_SEED_MESSAGE = 3
+_NO_KEY = -1  # a message not memoised at the message level (digests are never negative)
+
+MARKER = "cache_control"
+MARKER_JSON = b'"cache_control"'  # how the key shows in canonical JSON
+_SEPARATOR = b"\0"  # never in canonical JSON (control characters are escaped)
+# block types whose estimate reads none of the markers ``strip_markers`` removes (tool results:
+# when their nested blocks read none either)
+_MARKER_BLIND = frozenset(
+    {
+        "text",
+        "tool_use",
+        "server_tool_use",
+        "mcp_tool_use",
+        "thinking",
+        "redacted_thinking",
+        "image",
+        "document",
+    }
+)
+_NESTING = frozenset({"tool_result", "mcp_tool_result"})
 
 _PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
 _IMAGE_HEADER_CHARS = 262_144  # base64 characters decoded to find an image's dimensions
@@ -117,8 +160,107 @@ class RequestCount:
     messages: tuple[int, ...]  # per message, same order
 
 
+# --- canonical JSON and markers ---------------------------------------------------------------
+
+
+def canonical_json(value: object) -> bytes | None:
+    """The canonical JSON of ``value`` (``orjson``, sorted keys) -- what the memo keys are hashes
+    of -- or ``None`` when it is not JSON (lone surrogates, huge ints, foreign objects)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return None
+
+
+def canonical_all(values: Sequence[object]) -> list[bytes | None]:
+    """``canonical_json`` of each value."""
+    try:
+        return [orjson.dumps(v, option=orjson.OPT_SORT_KEYS) for v in values]
+    except TypeError:
+        return [canonical_json(v) for v in values]
+
+
+def containing(canonical: Sequence[bytes | None], needle: bytes) -> list[bool]:
+    """Per entry of ``canonical``: whether its bytes contain ``needle`` (``None``: ``True``).
+
+    One search over all entries at once. A key, or a string value, shows in canonical JSON as
+    itself in double quotes: a message whose bytes lack ``MARKER_JSON`` has no marker."""
+    out = [c is None for c in canonical]
+    joined = _SEPARATOR.join([b"" if c is None else c for c in canonical])
+    at = joined.find(needle)
+    if at < 0:
+        return out
+    starts = list(accumulate([1 if c is None else len(c) + 1 for c in canonical], initial=0))
+    while at >= 0:
+        i = bisect_right(starts, at) - 1
+        out[i] = True
+        at = joined.find(needle, starts[i + 1])  # on from the next entry's first byte
+    return out
+
+
+def strip_markers(value: Any) -> Any:
+    """``value`` without ``cache_control`` keys in blocks or nested ``tool_result`` content.
+
+    Returns the very same object when there is nothing to strip (the common case).
+    """
+    if isinstance(value, Mapping):
+        changed = MARKER in value
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key == MARKER:
+                continue
+            if key == "content" and isinstance(item, list):
+                new = strip_markers(item)
+                changed = changed or new is not item
+                out[key] = new
+            else:
+                out[key] = item
+        return out if changed else value
+    if isinstance(value, list):
+        items = [strip_markers(v) for v in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items
+    return value
+
+
+def _marker_blind(block: object) -> bool:
+    """Whether the estimate of ``block`` reads none of the markers ``strip_markers`` removes."""
+    if isinstance(block, str):
+        return True
+    if not isinstance(block, dict):
+        return False  # counted as JSON, markers included
+    kind = block.get("type")
+    if not isinstance(kind, str):
+        return False
+    if kind in _NESTING:
+        content = block.get("content")
+        return not isinstance(content, list) or all([_marker_blind(b) for b in content])
+    return kind in _MARKER_BLIND
+
+
+def _message_key(message: object, canonical: bytes | None, marked: bool) -> int:
+    """The message-memo key of a message (see the module docstring); ``_NO_KEY``: none."""
+    if canonical is None or not isinstance(message, Mapping):
+        return _NO_KEY
+    if not marked:
+        return xxhash.xxh3_64_intdigest(canonical)
+    content = message.get("content")
+    if not isinstance(content, list) or all([_marker_blind(b) for b in content]):
+        stripped = canonical_json(strip_markers(message))
+        if stripped is not None:
+            return xxhash.xxh3_64_intdigest(stripped)
+    return xxhash.xxh3_64_intdigest(canonical, seed=_SEED_MESSAGE)
+
+
 class TokenCounter:
-    """Counts blocks, messages and requests, memoising per-block counts by content hash."""
+    """Counts blocks, messages and requests, memoising per-block counts by content hash (and
+    per-message counts, when the caller supplies the messages' canonical JSON).
+
+    ``cache_size`` bounds the block memo, ``message_cache_size`` the message memo (default
+    ``cache_size // 4``: a message holds ~3 blocks on average); 0 disables a memo. Both are LRU and
+    guarded by one lock, so a counter may be shared by threads.
+    """
 
     __slots__ = (
         "_cache",
@@ -127,19 +269,34 @@ class TokenCounter:
         "_hits",
         "_loaded",
         "_lock",
+        "_message_cache",
+        "_message_cache_size",
+        "_message_hits",
+        "_message_misses",
         "_misses",
         "_name",
     )
 
-    def __init__(self, encoding: str = "cl100k_base", cache_size: int = 200_000) -> None:
+    def __init__(
+        self,
+        encoding: str = "cl100k_base",
+        cache_size: int = 200_000,
+        message_cache_size: int | None = None,
+    ) -> None:
         self._name = encoding
         self._encoding: Any = None
         self._loaded = False  # the encoding is loaded lazily, on first use
         self._cache: OrderedDict[int, int] = OrderedDict()
         self._cache_size = max(0, cache_size)
+        self._message_cache: OrderedDict[int, int] = OrderedDict()
+        self._message_cache_size = max(
+            0, self._cache_size // 4 if message_cache_size is None else message_cache_size
+        )
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
+        self._message_hits = 0
+        self._message_misses = 0
 
     # --- public ---------------------------------------------------------------------------
 
@@ -159,6 +316,19 @@ class TokenCounter:
     @property
     def cache_len(self) -> int:
         return len(self._cache)
+
+    @property
+    def message_hits(self) -> int:
+        """Messages answered by the message-level memo (their blocks were not visited)."""
+        return self._message_hits
+
+    @property
+    def message_misses(self) -> int:
+        return self._message_misses
+
+    @property
+    def message_cache_len(self) -> int:
+        return len(self._message_cache)
 
     def count_text(self, text: str) -> int:
         """Tokens of plain text, no overhead. Special-token text never raises."""
@@ -181,18 +351,31 @@ class TokenCounter:
         return MESSAGE_OVERHEAD + self.count_block(content)
 
     def count_request(
-        self, system: object, tools: object, messages: Sequence[object]
+        self,
+        system: object,
+        tools: object,
+        messages: Sequence[object],
+        canonical: Sequence[bytes | None] | None = None,
+        marked: Sequence[bool] | None = None,
     ) -> RequestCount:
         """Count a request. ``system``: None, a string or a list of text blocks; ``tools``: None
-        or a list of tool definitions; ``messages``: the ``messages`` list."""
+        or a list of tool definitions; ``messages``: the ``messages`` list.
+
+        ``canonical``, when given, holds ``canonical_json(m)`` of each message (the caller made
+        it anyway): the messages are then counted through the message-level memo as well;
+        ``marked`` (optional) is ``containing(canonical, MARKER_JSON)``, if the caller has it.
+        The counts are the same either way; only the memo statistics differ (a message-level hit
+        visits no block, so it adds nothing to ``hits``)."""
         system_tokens = self._count_system(system)
         tools_tokens = self._count_tools(tools)
-        per_message = tuple(
-            [
-                self.count_message(m) if isinstance(m, Mapping) else self.count_block(m)
-                for m in messages
-            ]
-        )
+        if canonical is not None:
+            if len(canonical) != len(messages):
+                raise ValueError("canonical must hold one entry per message")
+            if marked is None:
+                marked = containing(canonical, MARKER_JSON)
+            per_message = self._count_messages(messages, canonical, marked)
+        else:
+            per_message = tuple([self._count_one(m) for m in messages])
         return RequestCount(
             total=system_tokens + tools_tokens + sum(per_message),
             system=system_tokens,
@@ -212,6 +395,56 @@ class TokenCounter:
             return sum([size for key, size in keyed if key not in cache])
 
     # --- memo -----------------------------------------------------------------------------
+
+    def _count_one(self, message: object) -> int:
+        """One element of ``messages``, as ``count_request`` counts it."""
+        if isinstance(message, Mapping):
+            return self.count_message(message)
+        return self.count_block(message)
+
+    def _count_messages(
+        self, messages: Sequence[object], canonical: Sequence[bytes | None], marked: Sequence[bool]
+    ) -> tuple[int, ...]:
+        """Per-message counts through the message memo (see ``_message_key``; a message without
+        a key is counted block by block)."""
+        digest = xxhash.xxh3_64_intdigest
+        keys = [
+            digest(raw)
+            if not may_have and raw is not None and type(m) is dict
+            else _message_key(m, raw, may_have)
+            for m, raw, may_have in zip(messages, canonical, marked, strict=True)
+        ]
+        memo = self._message_cache
+        with self._lock:  # one acquisition for the whole history
+            found = list(map(memo.get, keys))
+            touch = memo.move_to_end
+            hits = 0
+            for key, known in zip(keys, found, strict=True):
+                if known is not None:
+                    touch(key)
+                    hits += 1
+            self._message_hits += hits
+        if hits == len(found):  # every message was a hit
+            return cast("tuple[int, ...]", tuple(found))
+        out: list[int] = []
+        fresh: list[tuple[int, int]] = []
+        for m, key, known in zip(messages, keys, found, strict=True):
+            if known is None:
+                tokens = self._count_one(m)
+                if key != _NO_KEY:
+                    fresh.append((key, tokens))
+                out.append(tokens)
+            else:
+                out.append(known)
+        if fresh:
+            with self._lock:
+                self._message_misses += len(fresh)
+                if self._message_cache_size:
+                    for key, tokens in fresh:
+                        memo[key] = tokens
+                    while len(memo) > self._message_cache_size:
+                        memo.popitem(last=False)
+        return tuple(out)
 
     def _cached(self, item: object, seed: int) -> int:
         key, canonical = _key(item, seed)

@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from proxy.core.compaction.policy import CompactionPolicy
 from proxy.core.compaction.view import Entry, Message, ViewItem, blocks_of, materialize
-from proxy.core.tokens import BLOCK_OVERHEAD, TokenCounter
+from proxy.core.tokens import BLOCK_OVERHEAD, TokenCounter, containing
+
+COMPACTION_JSON = b'"compaction"'  # how a compaction block's type shows in canonical JSON
 
 __all__ = ["LayerContext", "calibrate", "compaction_end", "frozen_len", "latest_assistant"]
 
@@ -48,10 +50,20 @@ class LayerContext:
         return self.total(entries) <= self.policy.target
 
 
-def compaction_end(messages: Sequence[Message]) -> int:
+def compaction_end(
+    messages: Sequence[Message], canonical: Sequence[bytes | None] | None = None
+) -> int:
     """How many leading messages no layer may change: up to the last provider ``compaction``
-    block (it must reach the provider verbatim, with everything before it); 0 without one."""
+    block (it must reach the provider verbatim, with everything before it); 0 without one.
+
+    ``canonical``: each message's ``canonical_json``, when known, and every message a ``dict``:
+    a message whose JSON does not contain ``"compaction"`` is then skipped without a walk."""
+    maybe = (
+        containing(canonical, COMPACTION_JSON) if canonical is not None else [True] * len(messages)
+    )
     for i in range(len(messages) - 1, -1, -1):
+        if not maybe[i]:
+            continue
         for block in blocks_of(messages[i]):
             if isinstance(block, Mapping) and block.get("type") == "compaction":
                 return i + 1

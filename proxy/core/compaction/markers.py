@@ -33,14 +33,26 @@ def _in_blocks(blocks: Sequence[Any]) -> int:
     return n
 
 
-def count_markers(system: object, tools: object, messages: Sequence[Message]) -> int:
+def count_markers(
+    system: object,
+    tools: object,
+    messages: Sequence[Message],
+    marked: Sequence[bool] | None = None,
+) -> int:
+    """Markers in the request. ``marked[i]`` ``False`` promises that ``messages[i]`` holds none
+    (it is then not walked); ``None``: walk every message."""
     n = 0
     if isinstance(tools, list):
         n += sum(1 for t in tools if isinstance(t, Mapping) and MARKER in t)
     if isinstance(system, list):
         n += _in_blocks(system)
-    for message in messages:
-        n += _in_blocks(blocks_of(message))
+    if marked is None:
+        for message in messages:
+            n += _in_blocks(blocks_of(message))
+    else:
+        for message, may_have in zip(messages, marked, strict=True):
+            if may_have:
+                n += _in_blocks(blocks_of(message))
     return n
 
 
@@ -61,11 +73,16 @@ def _strip_block(block: Any, budget: list[int]) -> Any:
 
 
 def cap_markers(
-    system: object, tools: object, messages: Sequence[Message], start: int, stop: int
+    system: object,
+    tools: object,
+    messages: Sequence[Message],
+    start: int,
+    stop: int,
+    marked: Sequence[bool] | None = None,
 ) -> list[Message]:
     """``messages`` with the earliest markers removed so that at most four remain in the request;
-    only messages ``start`` to ``stop - 1`` are touched."""
-    excess = count_markers(system, tools, messages) - MAX_MARKERS
+    only messages ``start`` to ``stop - 1`` are touched. ``marked``: see ``count_markers``."""
+    excess = count_markers(system, tools, messages, marked) - MAX_MARKERS
     out = list(messages)
     if excess <= 0:
         return out

@@ -11,8 +11,12 @@ Sans-I/O in two steps, because L4 needs a model call that only the edge can make
 
 (``run_compaction`` does exactly that with a callable.) Order of work:
 
-1. Count the request; compute the prefix hashes; look up the longest matching plan. With a plan,
-   the starting view is ``plan view + the messages after its prefix``, else the client's messages.
+1. Dump each message once (canonical JSON): that serves the token count (message memo) and the
+   prefix hashes. Look up the longest matching plan. With a plan, the starting view is
+   ``plan view + the messages after its prefix``, else the client's messages. The plan's
+   ``PlanView`` (kept with it in the cache) spares a reused request any walk over the history:
+   its items are taken by reference from the request, and only edited items whose message
+   carries a ``cache_control`` marker are rebuilt and recounted.
 2. Calibrated tokens of that view <= ``threshold``: done (``plan_status`` ``reused`` or ``none``).
 3. Otherwise compact toward ``threshold * target_ratio``, lightest layer first, stopping as soon
    as the view is under that target: L1 truncate, L2 dedup, L3 prune (+ L4 summary of what L3
@@ -26,7 +30,7 @@ cache and the token counter are the only state touched (memos).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from proxy.core.compaction.bridge import Bridge
@@ -35,12 +39,17 @@ from proxy.core.compaction.context import (
     calibrate,
     compaction_end,
     frozen_len,
-    latest_assistant,
 )
 from proxy.core.compaction.dedup import dedup
 from proxy.core.compaction.manifest import ManifestRecord, Removed, Summarized
 from proxy.core.compaction.markers import cap_markers
-from proxy.core.compaction.plan import LAYERS, Plan, PlanCache, prefix_hashes
+from proxy.core.compaction.plan import (
+    LAYERS,
+    Plan,
+    PlanCache,
+    PlanView,
+    prefix_hashes,
+)
 from proxy.core.compaction.policy import CompactionPolicy
 from proxy.core.compaction.prune import Region, choose_region
 from proxy.core.compaction.summarize import (
@@ -50,9 +59,22 @@ from proxy.core.compaction.summarize import (
     summary_request,
 )
 from proxy.core.compaction.truncate import truncate
-from proxy.core.compaction.view import Entry, FromClient, Message
+from proxy.core.compaction.view import (
+    Entry,
+    FromClient,
+    Inserted,
+    Message,
+    materialize,
+    role_of,
+)
 from proxy.core.protocol import validate_messages
-from proxy.core.tokens import TokenCounter
+from proxy.core.tokens import (
+    MARKER_JSON,
+    RequestCount,
+    TokenCounter,
+    canonical_all,
+    containing,
+)
 
 __all__ = [
     "CompactionInput",
@@ -111,6 +133,9 @@ class _Run:
     hashes: tuple[str, ...]
     tokens_before: int
     base: Plan | None  # the plan the starting view came from
+    # per client message: False when it certainly holds no cache_control marker (a view message
+    # made from it then holds none either)
+    marked: tuple[bool, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,19 +178,46 @@ def _unchanged(run: _Run) -> CompactionResult:
     )
 
 
-def _output(run: _Run, entries: Sequence[Entry]) -> list[Message]:
+def _output(
+    run: _Run, messages: Sequence[Message], marked: Sequence[bool], frozen: int
+) -> list[Message]:
+    """The view's messages as forwarded: markers capped. ``marked``: per view message, whether it
+    may hold a marker; ``frozen``: ``compaction_end`` of the view."""
     request = run.request
-    stop = latest_assistant(entries)
+    stop = len(messages) - 1
+    while stop >= 0 and role_of(messages[stop]) != "assistant":
+        stop -= 1
     if stop < 0:
-        stop = len(entries) - 1
-    start = max(1, frozen_len(entries))
+        stop = len(messages) - 1
     return cap_markers(
         request.system,
         request.tools,
-        [e.message for e in entries],
-        start,
-        min(stop, len(entries) - 1),
+        messages,
+        max(1, frozen),
+        min(stop, len(messages) - 1),
+        marked,
     )
+
+
+def _marked(run: _Run, item: object) -> bool:
+    """Whether the view message of ``item`` may hold a marker (only its source's can)."""
+    return not isinstance(item, FromClient) or run.marked[item.origin]
+
+
+def _view_of(
+    run: _Run, entries: Sequence[Entry], client_frozen: int, compaction_id: str
+) -> PlanView:
+    """The ``PlanView`` of a plan whose items are ``entries`` (made from this request)."""
+    tokens = tuple(
+        [
+            None
+            if isinstance(e.item, FromClient)
+            and (e.item.blocks is None or run.marked[e.item.origin])
+            else e.tokens
+            for e in entries
+        ]
+    )
+    return PlanView(tokens, frozen_len(entries), client_frozen, compaction_id)
 
 
 def _finalize(
@@ -202,11 +254,17 @@ def _finalize(
             bridge=None if bridge is None or bridge.empty else bridge,
             summary_status=summary_status,
         )
-        run.plans.put(plan)
+        client_frozen = compaction_end(run.request.messages[: n - 1])
+        run.plans.put(plan, _view_of(run, entries[:-1], client_frozen, plan.compaction_id))
         status = "new"
     tokens_after = run.ctx.total(entries)
     return CompactionResult(
-        messages=_output(run, entries),
+        messages=_output(
+            run,
+            [e.message for e in entries],
+            [_marked(run, e.item) for e in entries],
+            frozen_len(entries),
+        ),
         tokens_before=run.tokens_before,
         tokens_after=tokens_after,
         layers=plan.layers,
@@ -220,13 +278,98 @@ def _finalize(
     )
 
 
-def _keeps_frozen(plan: Plan, messages: Sequence[Message]) -> bool:
-    """Whether the plan leaves the client's messages up to the last ``compaction`` block as
-    they are (a plan made before the provider compacted does not)."""
-    frozen = compaction_end(messages)
+def _reused(
+    run: _Run,
+    plan: Plan,
+    view: PlanView,
+    messages: Sequence[Message],
+    marked: Sequence[bool],
+    frozen: int,
+    tokens_after: int,
+) -> CompactionResult:
+    """``_finalize`` of a reused plan whose view (``messages``, ``frozen`` its compaction end)
+    is under the threshold, without building entries or walking the view."""
+    return CompactionResult(
+        messages=_output(run, messages, marked, frozen),
+        tokens_before=run.tokens_before,
+        tokens_after=tokens_after,
+        layers=plan.layers,
+        plan_status="reused",
+        summary_status="skipped",
+        manifest=plan.manifest,
+        compaction_id=view.compaction_id,
+        changed=True,
+        over_hard_limit=tokens_after > run.policy.hard_limit,
+        plan=plan,
+    )
+
+
+def _keeps_frozen(plan: Plan, frozen: int) -> bool:
+    """Whether the plan leaves the client's messages up to the last ``compaction`` block (the
+    first ``frozen``) as they are (a plan made before the provider compacted does not)."""
     if frozen > len(plan.items):
         return False
     return all(plan.items[i] == FromClient(i) for i in range(frozen))
+
+
+def _frozen(
+    plan: Plan,
+    view: PlanView | None,
+    messages: Sequence[Message],
+    canonical: Sequence[bytes | None] | None,
+) -> tuple[int, int]:
+    """``compaction_end`` of ``messages`` and of the plan's prefix ``messages[:prefix_len]``.
+
+    The prefix is the one the plan's view was made from: only the messages after it are
+    searched when the view knows its end (``canonical`` ``None``: walk everything, as ever)."""
+    start = plan.prefix_len
+    tail = compaction_end(messages[start:], None if canonical is None else canonical[start:])
+    if view is not None and canonical is not None:
+        prefix = view.client_frozen
+    elif tail and view is not None:
+        prefix = 0  # not needed: the end is in the tail, and the view exists
+    else:
+        prefix = compaction_end(messages[:start], None if canonical is None else canonical[:start])
+    return (start + tail if tail else prefix), prefix
+
+
+ViewMessage = tuple[FromClient | Inserted, Message, int, bool]  # item, message, tokens, marked
+
+
+def _plan_part(
+    run: _Run, plan: Plan, view: PlanView | None, count: RequestCount, client_frozen: int
+) -> tuple[list[ViewMessage], PlanView]:
+    """The plan's items materialised for this request: ``(item, message, tokens, marked)`` each,
+    and the plan's view (``view``, or a new one when the plan had none yet; ``client_frozen``:
+    ``compaction_end`` of the plan's prefix in this request).
+
+    Whole client messages are taken by reference with the tokens the request count found;
+    inserted messages and edited messages whose source holds no marker take the view's tokens;
+    the rest (edited messages with markers, or no view yet) are counted."""
+    messages = run.request.messages
+    marked = run.marked
+    ctx = run.ctx
+    cached = view.tokens if view is not None else (None,) * len(plan.items)
+    out: list[ViewMessage] = []
+    for item, tokens in zip(plan.items, cached, strict=True):
+        if isinstance(item, Inserted):
+            message = item.message
+            if tokens is None:
+                tokens = ctx.counter.count_message(message)
+            out.append((item, message, tokens, True))
+            continue
+        origin = item.origin
+        if item.blocks is None:
+            out.append((item, messages[origin], count.messages[origin], marked[origin]))
+            continue
+        message = materialize(item, messages)
+        if tokens is None or marked[origin]:
+            tokens = ctx.counter.count_message(message)
+        out.append((item, message, tokens, marked[origin]))
+    if view is None:
+        entries = [Entry(item, message, tokens) for item, message, tokens, _ in out]
+        view = _view_of(run, entries, client_frozen, plan.compaction_id)
+    return out, view
 
 
 def compact(
@@ -239,22 +382,58 @@ def compact(
     """Run L1-L3 as needed; ``NeedsSummary`` when L4 must call a model, else ``Done``."""
     messages = request.messages
     n = len(messages)
-    count = counter.count_request(request.system, request.tools, messages)
+    # one canonical dump per message serves the token memo, the prefix hashes and the searches
+    # for markers and compaction blocks (which walk the blocks only of messages that may have one)
+    canonical = canonical_all(messages)
+    has_marker = containing(canonical, MARKER_JSON)
+    count = counter.count_request(request.system, request.tools, messages, canonical, has_marker)
     ratio = request.calibration
     ctx = LayerContext(
         messages, policy, counter, count.system + count.tools, ratio, request.artifact_session
     )
-    hashes = prefix_hashes(messages) if n >= 2 else ()
-    run = _Run(request, policy, plans, tenant, ctx, hashes, calibrate(count.total, ratio), None)
+    hashes = prefix_hashes(messages, canonical, has_marker) if n >= 2 else ()
+    plain = all([isinstance(m, dict) for m in messages])  # else: walk everything, as ever
+    marked = tuple(has_marker) if plain else (True,) * n
+    run = _Run(
+        request=request,
+        policy=policy,
+        plans=plans,
+        tenant=tenant,
+        ctx=ctx,
+        hashes=hashes,
+        tokens_before=calibrate(count.total, ratio),
+        base=None,
+        marked=marked,
+    )
     if n < 2:
         return Done(_unchanged(run))
-    base = plans.lookup(tenant, hashes[1], hashes, n - 1)
-    if base is not None and not _keeps_frozen(base, messages):
-        base = None  # a provider compaction block arrived after the plan: start afresh
-    if base is not None:
-        run = _Run(request, policy, plans, tenant, ctx, hashes, run.tokens_before, base)
-        entries = [ctx.entry(item) for item in base.items]
+    found = plans.match(tenant, hashes[1], hashes, n - 1)
+    frozen = client_frozen = 0
+    if found is not None:
+        frozen, client_frozen = _frozen(*found, messages, canonical if plain else None)
+        if not _keeps_frozen(found[0], frozen):
+            found = None  # a provider compaction block arrived after the plan: start afresh
+    if found is not None:
+        base, view = found
+        run = replace(run, base=base)
+        part, made = _plan_part(run, base, view, count, client_frozen)
+        if made is not view:
+            plans.attach(base, made)
         start = base.prefix_len
+        view_messages = [m for _, m, _, _ in part]
+        view_messages += messages[start:]
+        tokens_after = ctx.calibrated_total(
+            sum([t for _, _, t, _ in part]) + sum(count.messages[start:])
+        )
+        if tokens_after <= policy.threshold:
+            view_marked = [k for _, _, _, k in part]
+            view_marked += marked[start:]
+            # the view's compaction end: in the new messages, else in the plan's items
+            view_frozen = len(part) + frozen - start if frozen > start else made.frozen
+            return Done(
+                _reused(run, base, made, view_messages, view_marked, view_frozen, tokens_after)
+            )
+        entries = [Entry(item, m, t) for item, m, t, _ in part]
     else:
         if run.tokens_before <= policy.threshold:
             return Done(_unchanged(run))
@@ -278,7 +457,7 @@ def compact(
             applied.append("dedup")
             records.extend(removed)
     if not ctx.under_target(entries):
-        region = choose_region(entries, ctx, base.bridge if base is not None else None)
+        region = choose_region(entries, ctx, run.base.bridge if run.base is not None else None)
         if region is not None:
             if policy.summarize:
                 text = render_region(

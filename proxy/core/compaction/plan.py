@@ -15,11 +15,21 @@ current request, see ``view``). The anchor of a conversation is ``h_1`` (a funct
 ``(tenant, anchor)`` and a lookup compares a handful of hashes.
 
 Plans are plain values: ``to_json()`` / ``from_json()`` round-trip them exactly (a later issue
-moves them into a shared store).
+moves them into a shared store). Next to each plan, ``PlanCache`` keeps (in memory only, never in
+the JSON) a ``PlanView``: the facts about the plan's view that the next request would otherwise
+recompute from the whole history -- the token counts of the items it edits or inserts, where its
+frozen part ends, its compaction id. A reused request then only materialises the plan's items by
+reference and counts the messages added after the prefix.
+
+Each message is dumped once per request (``tokens.canonical_all``, sorted keys): those bytes are
+what the token counter's message memo and ``prefix_hashes`` hash. Markers are stripped (a second
+dump) only for the few messages whose canonical JSON contains ``"cache_control"``; for the others
+the message's own hash and its message-memo key are the same number.
 """
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -38,37 +48,66 @@ from proxy.core.compaction.view import (
     Keep,
     Message,
     ViewItem,
-    strip_markers,
 )
+from proxy.core.tokens import MARKER_JSON, containing, strip_markers
 
 __all__ = [
     "LAYERS",
     "Plan",
     "PlanCache",
+    "PlanView",
     "message_hash",
     "prefix_hashes",
 ]
 
 LAYERS = ("truncate", "dedup", "prune", "summarize")
 _VERSION = 1
+_PAIR = struct.Struct(">QQ")  # h_{k-1} and the message's own hash, 8 bytes each, big-endian
 
 
-def message_hash(message: Message) -> int:
-    """xxh3_64 of the message's canonical JSON, ``cache_control`` markers left out."""
-    return xxhash.xxh3_64_intdigest(
-        orjson.dumps(strip_markers(message), option=orjson.OPT_SORT_KEYS)
-    )
+def message_hash(message: Message, canonical: bytes | None = None) -> int:
+    """xxh3_64 of the message's canonical JSON, ``cache_control`` markers left out.
+
+    ``canonical``: the message's ``canonical_json`` when the caller has it (saves the dump). The
+    markers are stripped (and the message dumped again) only when its JSON shows one."""
+    if canonical is None:
+        try:
+            canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # maybe a marker that is not JSON: stripping it may help
+            canonical = None
+    if canonical is None or MARKER_JSON in canonical:
+        canonical = orjson.dumps(strip_markers(message), option=orjson.OPT_SORT_KEYS)
+    return xxhash.xxh3_64_intdigest(canonical)
 
 
-def prefix_hashes(messages: Sequence[Message]) -> tuple[str, ...]:
-    """Hex rolling hashes: element ``k`` identifies ``messages[0:k]`` (so there are n + 1)."""
-    out = [f"{0:016x}"]
+def prefix_hashes(
+    messages: Sequence[Message],
+    canonical: Sequence[bytes | None] | None = None,
+    marked: Sequence[bool] | None = None,
+) -> tuple[str, ...]:
+    """Hex rolling hashes: element ``k`` identifies ``messages[0:k]`` (so there are n + 1).
+
+    ``canonical``: each message's ``canonical_json``, when the caller has them (one dump per
+    message then serves both this and the token count); ``marked``: per message, whether its
+    canonical JSON contains ``"cache_control"`` (``containing``), when the caller has that too."""
+    if canonical is None:
+        canonical = [None] * len(messages)
+    elif len(canonical) != len(messages):
+        raise ValueError("canonical must hold one entry per message")
+    if marked is None:
+        marked = containing(canonical, MARKER_JSON)
+    digest = xxhash.xxh3_64_intdigest
+    own = [
+        message_hash(message, raw) if may_have or raw is None else digest(raw)
+        for message, raw, may_have in zip(messages, canonical, marked, strict=True)
+    ]
+    pack = _PAIR.pack
     h = 0
-    for message in messages:
-        h = xxhash.xxh3_64_intdigest(
-            h.to_bytes(8, "big") + message_hash(message).to_bytes(8, "big")
-        )
-        out.append(f"{h:016x}")
+    out = ["0" * 16]
+    append = out.append
+    for mh in own:
+        h = digest(pack(h, mh))
+        append(f"{h:016x}")
     return tuple(out)
 
 
@@ -185,8 +224,42 @@ class Plan:
         return xxhash.xxh3_128_hexdigest(payload)
 
 
+@dataclass(frozen=True, slots=True)
+class PlanView:
+    """What a plan's view is, as far as it holds for *every* request with the plan's prefix.
+
+    Derived from the plan (and the prefix it matches), kept next to it in ``PlanCache`` only:
+    never serialised. The client's messages are not kept -- a view always takes them (and their
+    ``cache_control`` markers, and their key order) from the current request -- only what would
+    otherwise cost a walk over the whole history:
+
+    * ``tokens[i]``: raw tokens of item ``i`` when they do not depend on the request, i.e. for an
+      ``Inserted`` item, and for an edited ``FromClient`` item whose source message had no marker
+      when it was counted (a request whose source message has none gets the same message);
+      ``None``: count it on each request (a whole client message is counted anyway);
+    * ``frozen``: ``compaction_end`` of the items' messages (markers never change it);
+    * ``client_frozen``: ``compaction_end`` of the client prefix ``messages[0:prefix_len]``;
+    * ``compaction_id``: ``plan.compaction_id``.
+    """
+
+    tokens: tuple[int | None, ...]
+    frozen: int
+    client_frozen: int
+    compaction_id: str
+
+
+class _Slot:
+    """A plan in the cache and, once a request has built it, its view."""
+
+    __slots__ = ("plan", "view")
+
+    def __init__(self, plan: Plan, view: PlanView | None) -> None:
+        self.plan = plan
+        self.view = view
+
+
 class PlanCache:
-    """Bounded LRU of plans, grouped by ``(tenant, anchor)``.
+    """Bounded LRU of plans (and their ``PlanView``), grouped by ``(tenant, anchor)``.
 
     Safe for one event loop (no awaits inside) and for threads (one lock). A conversation keeps at
     most ``per_conversation`` plans (the longest prefixes; an agent only ever extends its latest
@@ -198,7 +271,7 @@ class PlanCache:
             raise ValueError("max_plans and per_conversation must be >= 1")
         self._max = max_plans
         self._per = per_conversation
-        self._groups: OrderedDict[tuple[str, str], list[Plan]] = OrderedDict()
+        self._groups: OrderedDict[tuple[str, str], list[_Slot]] = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
 
@@ -208,25 +281,33 @@ class PlanCache:
     def lookup(self, tenant: str, anchor: str, hashes: Sequence[str], limit: int) -> Plan | None:
         """The longest plan of the conversation whose prefix matches ``hashes`` (see
         ``prefix_hashes``) and covers at most ``limit`` messages."""
+        found = self.match(tenant, anchor, hashes, limit)
+        return None if found is None else found[0]
+
+    def match(
+        self, tenant: str, anchor: str, hashes: Sequence[str], limit: int
+    ) -> tuple[Plan, PlanView | None] | None:
+        """``lookup``, with the plan's view when one has been attached."""
         with self._lock:
             group = self._groups.get((tenant, anchor))
             if not group:
                 return None
             self._groups.move_to_end((tenant, anchor))
-            for plan in group:  # longest first
+            for slot in group:  # longest first
+                plan = slot.plan
                 k = plan.prefix_len
                 if k <= limit and k < len(hashes) and hashes[k] == plan.prefix_hash:
-                    return plan
+                    return plan, slot.view
             return None
 
-    def put(self, plan: Plan) -> None:
+    def put(self, plan: Plan, view: PlanView | None = None) -> None:
         key = (plan.tenant, plan.anchor)
         with self._lock:
             group = self._groups.pop(key, [])
             self._size -= len(group)
-            group = [p for p in group if p.prefix_len != plan.prefix_len]
-            group.append(plan)
-            group.sort(key=lambda p: p.prefix_len, reverse=True)
+            group = [s for s in group if s.plan.prefix_len != plan.prefix_len]
+            group.append(_Slot(plan, view))
+            group.sort(key=lambda s: s.plan.prefix_len, reverse=True)
             del group[self._per :]
             self._groups[key] = group
             self._size += len(group)
@@ -237,6 +318,14 @@ class PlanCache:
                 if not oldest:
                     del self._groups[oldest_key]
 
+    def attach(self, plan: Plan, view: PlanView) -> None:
+        """Keep ``view`` with ``plan`` if that very plan is still cached (else: nothing)."""
+        with self._lock:
+            for slot in self._groups.get((plan.tenant, plan.anchor), ()):
+                if slot.plan is plan:
+                    slot.view = view
+                    return
+
     def plans(self, tenant: str, anchor: str) -> tuple[Plan, ...]:
         with self._lock:
-            return tuple(self._groups.get((tenant, anchor), ()))
+            return tuple(s.plan for s in self._groups.get((tenant, anchor), ()))

@@ -18,7 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proxy.core.tokens import MARKER, strip_markers
+
 __all__ = [
+    "MARKER",
     "Cut",
     "Entry",
     "FromClient",
@@ -33,7 +36,6 @@ __all__ = [
 ]
 
 Message = Mapping[str, Any]
-MARKER = "cache_control"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,29 +135,3 @@ def materialize(item: ViewItem, messages: Sequence[Message]) -> Message:
                 {**block, "content": _with_nested_markers(op.content, block.get("content"))}
             )
     return {**source, "content": blocks}
-
-
-def strip_markers(value: Any) -> Any:
-    """``value`` without ``cache_control`` keys in blocks or nested ``tool_result`` content.
-
-    Returns the very same object when there is nothing to strip (the common case).
-    """
-    if isinstance(value, Mapping):
-        changed = MARKER in value
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            if key == MARKER:
-                continue
-            if key == "content" and isinstance(item, list):
-                new = strip_markers(item)
-                changed = changed or new is not item
-                out[key] = new
-            else:
-                out[key] = item
-        return out if changed else value
-    if isinstance(value, list):
-        items = [strip_markers(v) for v in value]
-        if all(a is b for a, b in zip(items, value, strict=True)):
-            return value
-        return items
-    return value
