@@ -116,6 +116,13 @@ def upstream_errors(metrics: Metrics) -> Iterator[None]:
 _READ_ERRORS = (aiohttp.ClientError, TimeoutError, ConnectionError)
 
 
+class _BodyResponse(web.StreamResponse):
+    """A relayed non-SSE answer: its headers leave with the first body bytes (one send, as
+    ``web.Response`` does), not in a packet of their own. SSE keeps sending headers at once."""
+
+    _send_headers_immediately = False
+
+
 @dataclass(slots=True)
 class RelayOutcome:
     """What the relay saw; used for metrics now and transcript recording later."""
@@ -198,9 +205,10 @@ class Forwarder:
         headers = response_headers_for_client(upstream.headers, decoded=decoded)
         if extra_headers:
             headers.update(extra_headers)
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
         content_type = upstream.headers.get("Content-Type", "")
         is_sse = content_type.startswith("text/event-stream")
+        response_class = web.StreamResponse if is_sse else _BodyResponse
+        response = response_class(status=upstream.status, reason=upstream.reason, headers=headers)
         length = upstream.headers.get("Content-Length")
         if length is not None and not (decoded and "Content-Encoding" in upstream.headers):
             response.content_length = int(length)
