@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -137,12 +137,23 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     return await handler(request)
 
 
-def apply_auth(headers: CIMultiDict[str], changes: Mapping[str, str | None]) -> None:
-    """Set (or, for ``None``, remove) the upstream credentials a tenant's policy asks for."""
-    for name, value in changes.items():
+def _upstream_headers(request: web.Request, *, messages_route: bool) -> CIMultiDict[str]:
+    """The client's headers for the upstream: hop-by-hop ones dropped, the tenant's upstream
+    credentials applied (set, or removed for ``None``). The messages routes are re-bodied by the
+    proxy (its own length, an encoding it can read) and drop its control header."""
+    headers = request_headers_for_upstream(
+        request.headers,
+        accept_encoding=MESSAGES_ACCEPT_ENCODING if messages_route else None,
+        keep_content_length=not messages_route,
+    )
+    if messages_route:
+        headers.popall(OPT_OUT_HEADER, None)
+    tenancy = request.app[TENANCY].current
+    for name, value in tenancy.upstream_auth_headers(request[REQUEST_TENANT], request.headers).items():
         headers.popall(name, None)
         if value is not None:
             headers[name] = value
+    return headers
 
 
 # --- body handling ---------------------------------------------------------------------------
@@ -221,11 +232,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             body = with_system_block(body, injection.block)
             faithful = None
     service = app[COMPACTION]
-    headers = request_headers_for_upstream(
-        request.headers, accept_encoding=MESSAGES_ACCEPT_ENCODING, keep_content_length=False
-    )
-    headers.popall(OPT_OUT_HEADER, None)
-    apply_auth(headers, app[TENANCY].current.upstream_auth_headers(tenant_policy, request.headers))
+    headers = _upstream_headers(request, messages_route=True)
     artifact_session = session if session is not None and sources.artifact_root else None
     prepared = await service.prepare(
         request.headers,
@@ -286,11 +293,7 @@ async def handle_passthrough(request: web.Request) -> web.StreamResponse:
     """Every other /v1/* path and method: byte for byte, no decoding, body streamed."""
     forwarder = request.app[FORWARDER]
     data = _body_chunks(request) if request.body_exists else None
-    headers = request_headers_for_upstream(
-        request.headers, accept_encoding=None, keep_content_length=True
-    )
-    tenancy = request.app[TENANCY].current
-    apply_auth(headers, tenancy.upstream_auth_headers(request[REQUEST_TENANT], request.headers))
+    headers = _upstream_headers(request, messages_route=False)
     upstream = await forwarder.open(
         request, route="passthrough", data=data, decode=False, headers=headers
     )

@@ -166,15 +166,9 @@ class Forwarder:
         route: str,
         data: bytes | AsyncIterator[bytes] | None,
         decode: bool,
-        headers: CIMultiDict[str] | None = None,
+        headers: CIMultiDict[str],
     ) -> aiohttp.ClientResponse:
         """Send the request upstream and return once its response headers arrived."""
-        if headers is None:
-            headers = request_headers_for_upstream(
-                request.headers,
-                accept_encoding=MESSAGES_ACCEPT_ENCODING if decode else None,
-                keep_content_length=not isinstance(data, bytes),
-            )
         started = time.perf_counter()
         with upstream_errors(self.metrics):
             response = await self.session.request(
