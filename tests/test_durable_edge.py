@@ -208,3 +208,30 @@ def test_cut_tool_results_are_kept_as_artifacts_named_in_the_marker(upstream: Fa
     assert manifest is not None
     records = orjson.loads(manifest.manifest_json)["records"]
     assert records[0]["kind"] == "truncated" and records[0]["artifact_key"] == pointer
+
+
+def test_traversal_payloads_as_session_ids_never_reach_a_5xx(upstream: FakeUpstream, proxy: ProxyServer) -> None:
+    from proxy.core.pointers import is_valid_session_id
+    from tests.shared_data import TRAVERSAL_PAYLOADS
+
+    if not TRAVERSAL_PAYLOADS.is_file():
+        pytest.skip("shared traversal payloads not found")
+    payloads = {entry["payload"] for entry in orjson.loads(TRAVERSAL_PAYLOADS.read_bytes())}
+    body = orjson.dumps({"model": "m", "max_tokens": 5, "messages": MESSAGES})
+    sent = 0
+    with httpx.Client(base_url=proxy.url) as client:
+        for payload in sorted(payloads):
+            try:
+                value = payload.encode("ascii")
+            except UnicodeEncodeError:
+                continue  # the HTTP client sends ASCII header values only
+            if not value or value != value.strip(b" \t") or any(c < 0x20 or c == 0x7F for c in value):
+                continue  # the HTTP client refuses to send it (no header can carry it)
+            r = client.post("/v1/messages", content=body, headers={"x-api-key": KEY, "x-session-id": value.decode("latin-1")})
+            sent += 1
+            assert r.status_code < 500, payload
+            if is_valid_session_id(payload):
+                assert r.status_code == 200 and r.headers["x-compaction-session"] == payload
+            else:
+                assert r.status_code == 400, payload
+    assert sent > 80
