@@ -14,6 +14,7 @@ Error messages raised here never contain a path or a component.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -63,10 +64,8 @@ def open_root_for_writing(root: str) -> int:
 
 def ensure_subdir(parent_fd: int, name: str) -> int:
     """Open (creating if absent) the directory ``name`` under ``parent_fd``, never via a symlink."""
-    try:
+    with contextlib.suppress(FileExistsError):  # existing is fine: it is checked below
         os.mkdir(name, mode=0o700, dir_fd=parent_fd)
-    except FileExistsError:
-        pass
     try:
         return os.open(name, DIR_FLAGS, dir_fd=parent_fd)
     except OSError as exc:
