@@ -734,3 +734,21 @@ def test_calibration_clamps_and_ignores() -> None:
     low = Calibration()
     low.observe("m", 1000, 100)
     assert low.ratio("m") == 0.5
+
+
+def test_seen_message_knows_what_the_pipeline_counted() -> None:
+    from proxy.core.tokens import canonical_all, containing
+
+    counter = TokenCounter()
+    messages = [{"role": "user", "content": f"turn {i} " + "x" * 50} for i in range(4)]
+    assert not any(counter.seen_message(m) for m in messages)
+    canonical = canonical_all(messages)
+    counter.count_request(None, None, messages, canonical=canonical, marked=containing(canonical, b'"cache_control"'))
+    assert all(counter.seen_message(m) for m in messages)
+    assert not counter.seen_message({"role": "user", "content": "never counted"})
+    # A moved cache breakpoint does not make a counted message look new.
+    marked = {"role": "user", "content": [{"type": "text", "text": "turn 0 " + "x" * 50, "cache_control": {"type": "ephemeral"}}]}
+    plain = {"role": "user", "content": [{"type": "text", "text": "turn 0 " + "x" * 50}]}
+    canonical = canonical_all([plain])
+    counter.count_request(None, None, [plain], canonical=canonical, marked=containing(canonical, b'"cache_control"'))
+    assert counter.seen_message(marked)

@@ -334,6 +334,14 @@ class TokenCounter:
     def message_cache_len(self) -> int:
         return len(self._message_cache)
 
+    def seen_message(self, message: object) -> bool:
+        """Whether ``message`` is in the message-level memo (counted before, not evicted)."""
+        canonical = canonical_json(message)
+        if canonical is None:
+            return False
+        key = _message_key(message, canonical, MARKER_JSON in canonical)
+        return key != _NO_KEY and key in self._message_cache
+
     def count_text(self, text: str) -> int:
         """Tokens of plain text, no overhead. Special-token text never raises."""
         encoding = self._encoder()

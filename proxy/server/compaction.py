@@ -24,14 +24,18 @@ from proxy.core.compaction import (
     CompactionPolicy,
     CompactionResult,
     Done,
+    Plan,
     PlanCache,
     SummaryRequest,
     compact,
     finish,
+    prefix_hashes,
 )
+from proxy.core.durable import InvalidWrite
 from proxy.core.tokens import Calibration, TokenCounter
 from proxy.errors import PromptTooLong
 from proxy.server.metrics import Metrics
+from proxy.store import Store, StoreError
 
 log = logging.getLogger("context_proxy.compaction")
 
@@ -119,6 +123,9 @@ class CompactionService:
         self.plans = PlanCache(config.max_plans)
         self.metrics = metrics
         self.summary_calls = 0
+        # The shared store (set by the app once it is open): plans go there so that every
+        # replica forwards the same view for a conversation; ``plans`` is its read-through cache.
+        self.store: Store | None = None
         self._client = anthropic.AsyncAnthropic(
             base_url=upstream_base_url,
             api_key="unused-the-request-credentials-are-sent",
@@ -177,12 +184,17 @@ class CompactionService:
             calibration=ratio,
             artifact_session=artifact_session,
         )
-        offload = len(as_sent) > config.offload_bytes
+        offload = len(as_sent) > config.offload_bytes and not self._seen_before(
+            body["messages"], config.offload_bytes
+        )
+        await self._prefetch_plans(tenant, request.messages)
         outcome = await self._off_loop(offload, compact, request, policy, self.counter, self.plans, tenant)
         if not isinstance(outcome, Done):
             summary = await self._summarize(outcome.summary_request, upstream_headers or headers)
             outcome = Done(await self._off_loop(offload, finish, outcome.continuation, summary))
         result = outcome.result
+        if result.plan_status == "new" and result.plan is not None:
+            await self._persist_plan(result.plan)
         self.metrics.compactions.labels(result.plan_status).inc()
         report = result_headers(result)
         if result.changed:
@@ -207,6 +219,62 @@ class CompactionService:
             return Prepared(as_sent, changed_by_edge, report, key, estimate, result)
         forwarded = orjson.dumps({**body, "messages": result.messages})
         return Prepared(forwarded, True, report, key, estimate, result)
+
+    async def _prefetch_plans(self, tenant: str, messages: Any) -> None:
+        """Read through to the store: a conversation another replica compacted has its plans
+        there. Only when the cache holds none for the conversation (its anchor: a hash of
+        ``messages[0]``); a store failure only costs the reuse (logged)."""
+        store = self.store
+        if store is None or not isinstance(messages, list) or len(messages) < 2:
+            return
+        try:
+            anchor = prefix_hashes(messages[:1])[1]
+        except (TypeError, ValueError):
+            return  # not JSON: compaction will not plan it either
+        if self.plans.plans(tenant, anchor):
+            return
+        try:
+            stored = await store.plans_for(tenant, anchor)
+        except (StoreError, InvalidWrite) as exc:
+            log.warning("[compact] plans not read from the store: %s", type(exc).__name__)
+            return
+        for text in reversed(stored):  # shortest first: the cache keeps the longest ones
+            try:
+                plan = Plan.from_json(text)
+            except ValueError:
+                log.warning("[compact] a stored plan is malformed; ignored")
+                continue
+            if plan.tenant == tenant and plan.anchor == anchor:
+                self.plans.put(plan)
+
+    async def _persist_plan(self, plan: Plan) -> None:
+        """Store a new plan before answering, so the next turn may go to another replica."""
+        store = self.store
+        if store is None:
+            return
+        mine = plan.to_json().decode()
+        try:
+            stored = await store.put_plan(
+                plan.tenant, plan.anchor, plan.prefix_hash, plan.prefix_len, mine
+            )
+        except (StoreError, InvalidWrite) as exc:
+            log.warning("[compact] plan not stored: %s", type(exc).__name__)
+            return
+        if stored != mine:
+            # Another replica stored a plan for this prefix first: from the next turn on, every
+            # replica (this one included) forwards that one's view.
+            try:
+                self.plans.put(Plan.from_json(stored))
+            except ValueError:
+                log.warning("[compact] a stored plan is malformed; ignored")
+
+    def _seen_before(self, messages: list[Any], new_bytes_limit: int) -> bool:
+        """The next turn of a conversation counted before: only its last messages are new (and
+        small), so the work is cheap enough for the loop; a cold or large one goes to a thread."""
+        if len(messages) < 3:
+            return False
+        new = sum(len(orjson.dumps(m)) for m in messages[-2:])
+        return new < new_bytes_limit and self.counter.seen_message(messages[-3])
 
     async def _off_loop(self, offload: bool, fn: Any, *args: Any) -> Any:
         """Large requests are counted and compacted in a worker thread: other streams never
