@@ -1,4 +1,4 @@
-"""The ``context-proxy`` command: ``serve``, ``check-config``, ``replay``, ``admin``."""
+"""The ``context-proxy`` command: ``serve``, ``check-config``, ``replay``, ``admin``, ``demo-upstream``."""
 
 from __future__ import annotations
 
@@ -134,6 +134,15 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 1 if result.invalid_views else 0
 
 
+def _cmd_demo_upstream(args: argparse.Namespace) -> int:
+    """A fake provider for demos (never calls out): see :mod:`proxy.demo_upstream`."""
+    from proxy.demo_upstream import serve as serve_demo
+
+    _setup_logging("INFO")
+    asyncio.run(serve_demo(args.host, args.port))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="context-proxy",
@@ -178,6 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     admin_cli.configure(admin)
     admin.set_defaults(func=admin_cli.run)
+    demo = sub.add_parser(
+        "demo-upstream",
+        help="run a fake provider for demos: deterministic answers, no key, never calls out",
+        description="A tiny stand-in for the Messages API (/v1/messages, JSON or SSE; "
+        "/v1/messages/count_tokens; /v1/models) answering deterministically, so the proxy can be "
+        "tried without a provider key. Point upstream.base_url at it.",
+    )
+    demo.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    demo.add_argument("--port", type=int, default=9000, help="listen port (default 9000; 0 = any free port)")
+    demo.set_defaults(func=_cmd_demo_upstream)
     return parser
 
 
