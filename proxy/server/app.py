@@ -369,6 +369,7 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     await app[COMPACTION].warm_up()
     store = await open_store(config.store_url)
     app[STORE] = store
+    app[COMPACTION].store = store
     app[RESOLVER] = SourceResolver()
     app[DURABLE] = DurableContext(store, app[RESOLVER])
     app[STATE].readiness_checks.append(store.ping)

@@ -41,6 +41,8 @@ from proxy.store.base import Store, StoreError, TranscriptEvent
 log = logging.getLogger("context_proxy.durable")
 
 SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id")
+# Suffix of the recorded prefix hash: the session's last event is an answer.
+ANSWERED = "+answered"
 STATUSES = ("available", "missing", "denied", "corrupt", "unsupported")
 
 
@@ -101,8 +103,6 @@ class DurableContext:
         self.resolver = resolver
         self._chains: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        # Sessions whose last recorded event is an answer (its echo in the next request is skipped).
-        self._answered: dict[tuple[str, str], bool] = {}
 
     async def injection(self, tenant: str, policy: SourcePolicy, session: str) -> Injection:
         try:
@@ -194,9 +194,10 @@ class DurableContext:
             content=content,
             complete=complete,
         )
-        self._chain(tenant, session, self._append(tenant, policy, session, [event], None))
-        if message is not None:
-            self._answered[(tenant, session)] = True
+        answered = message is not None
+        self._chain(
+            tenant, session, self._append(tenant, policy, session, [event], None, answered=answered)
+        )
 
     async def drain(self) -> None:
         """Wait for every pending record (shutdown, tests)."""
@@ -233,11 +234,12 @@ class DurableContext:
             return
         hashes = await asyncio.to_thread(prefix_hashes, messages)
         recorded = await self.store.recorded_prefix(tenant, session)
+        answered = recorded.hash.endswith(ANSWERED)
+        recorded_hash = recorded.hash.removesuffix(ANSWERED)
         start = 0
-        if 0 < recorded.count <= len(messages) and hashes[recorded.count] == recorded.hash:
+        if 0 < recorded.count <= len(messages) and hashes[recorded.count] == recorded_hash:
             start = recorded.count
             # The first new message is usually our own answer coming back: recorded already.
-            answered = self._answered.pop((tenant, session), False)
             if answered and start < len(messages) and messages[start].get("role") == "assistant":
                 start += 1
         new = messages[start:]
@@ -264,10 +266,16 @@ class DurableContext:
         session: str,
         events: list[TranscriptEvent],
         prefix: tuple[int, str] | None,
+        *,
+        answered: bool = False,
     ) -> None:
         if prefix is None:
             current = await self.store.recorded_prefix(tenant, session)
-            prefix = (current.count, current.hash)
+            prefix = (current.count, current.hash.removesuffix(ANSWERED))
+        if answered:
+            # Kept in the store, not in a process, so the replica that gets the next request
+            # (whose history carries this answer back) knows not to record it twice.
+            prefix = (prefix[0], prefix[1] + ANSWERED)
         first = await self.store.append_transcript(tenant, session, events, prefix[0], prefix[1])
         if policy.transcript_root is None:
             return

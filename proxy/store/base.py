@@ -42,6 +42,7 @@ from proxy.core.pointers import TranscriptPointer, format_pointer, is_valid_sess
 
 __all__ = [
     "DEFAULT_EVENT_LIMIT",
+    "DEFAULT_PLAN_LIMIT",
     "EMPTY_PREFIX",
     "AppliedMigration",
     "DuplicateEvent",
@@ -57,14 +58,18 @@ __all__ = [
     "StoredManifest",
     "TranscriptEvent",
     "check_keys",
+    "check_plan_limit",
     "check_prefix",
     "encode_events",
     "encode_manifest",
+    "encode_plan",
 ]
 
 EventType = Literal["message", "answer"]
 EVENT_TYPES: tuple[EventType, ...] = ("message", "answer")
 DEFAULT_EVENT_LIMIT = 1000
+DEFAULT_PLAN_LIMIT = 4  # plans of one conversation fetched at once (``PlanCache``'s default)
+MAX_PLAN_LIMIT = 100
 MAX_TENANT_CHARS = 200
 
 
@@ -196,6 +201,22 @@ class Store(Protocol):
 
     async def get_manifest(self, tenant: str, compaction_id: str) -> StoredManifest | None: ...
 
+    async def put_plan(
+        self, tenant: str, anchor: str, prefix_hash: str, prefix_len: int, plan_json: str
+    ) -> str:
+        """Store a compaction plan once per ``(tenant, prefix_hash)``; return the stored JSON.
+
+        Idempotent: when a plan is already stored under the key (even with other bytes: two
+        replicas compacted the same prefix at once), the first one is kept and returned.
+        """
+        ...
+
+    async def plans_for(
+        self, tenant: str, anchor: str, limit: int = DEFAULT_PLAN_LIMIT
+    ) -> tuple[str, ...]:
+        """The plan JSON of the conversation ``(tenant, anchor)``, longest prefix first."""
+        ...
+
     async def list_sessions(self, tenant: str) -> tuple[str, ...]: ...
 
     async def applied_migrations(self) -> tuple[AppliedMigration, ...]: ...
@@ -288,3 +309,32 @@ def encode_manifest(compaction_id: object, manifest_json: object) -> str:
         raise InvalidWrite(errors)
     assert isinstance(manifest_json, str)
     return manifest_json
+
+
+def encode_plan(anchor: object, prefix_hash: object, prefix_len: object, plan_json: object) -> str:
+    """The plan text, checked to be a JSON object; ``InvalidWrite`` naming every bad field."""
+    errors: list[FieldError] = []
+    if not isinstance(anchor, str) or not anchor.strip():
+        errors.append(FieldError("anchor", "expected a non-empty hash"))
+    if not isinstance(prefix_hash, str) or not prefix_hash.strip():
+        errors.append(FieldError("prefix_hash", "expected a non-empty hash"))
+    if isinstance(prefix_len, bool) or not isinstance(prefix_len, int) or prefix_len < 1:
+        errors.append(FieldError("prefix_len", "expected an integer >= 1"))
+    if not isinstance(plan_json, str):
+        errors.append(FieldError("plan_json", "expected JSON text"))
+    else:
+        try:
+            if not isinstance(orjson.loads(plan_json), dict):
+                errors.append(FieldError("plan_json", "expected a JSON object"))
+        except orjson.JSONDecodeError:
+            errors.append(FieldError("plan_json", "not valid JSON"))
+    if errors:
+        raise InvalidWrite(errors)
+    assert isinstance(plan_json, str)
+    return plan_json
+
+
+def check_plan_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidWrite([FieldError("limit", "expected an integer >= 1")])
+    return min(limit, MAX_PLAN_LIMIT)

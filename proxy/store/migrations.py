@@ -91,6 +91,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX manifests_by_session ON manifests (tenant, session)",
         ),
     ),
+    Migration(
+        2,
+        "compaction plans",
+        (
+            """CREATE TABLE plans (
+                tenant TEXT NOT NULL,
+                prefix_hash TEXT NOT NULL,
+                anchor TEXT NOT NULL,
+                prefix_len INTEGER NOT NULL CHECK (prefix_len >= 1),
+                plan_json TEXT NOT NULL,
+                created_at TEXT NOT NULL,
+                PRIMARY KEY (tenant, prefix_hash)
+            ) WITHOUT ROWID""",
+            "CREATE INDEX plans_by_anchor ON plans (tenant, anchor, prefix_len)",
+        ),
+    ),
 )
 
 

@@ -57,6 +57,7 @@ from proxy.core.durable import (
 )
 from proxy.store.base import (
     DEFAULT_EVENT_LIMIT,
+    DEFAULT_PLAN_LIMIT,
     EMPTY_PREFIX,
     AppliedMigration,
     DuplicateEvent,
@@ -70,9 +71,11 @@ from proxy.store.base import (
     StoreUnavailable,
     TranscriptEvent,
     check_keys,
+    check_plan_limit,
     check_prefix,
     encode_events,
     encode_manifest,
+    encode_plan,
 )
 from proxy.store.migrations import MIGRATIONS, SchemaTooNew
 from proxy.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, MAX_EVENT_LIMIT
@@ -173,6 +176,18 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (tenant, compaction_id)
         )""",
         "CREATE INDEX manifests_by_session ON manifests (tenant, session)",
+    ),
+    2: (
+        """CREATE TABLE plans (
+            tenant TEXT COLLATE "C" NOT NULL,
+            prefix_hash TEXT COLLATE "C" NOT NULL,
+            anchor TEXT COLLATE "C" NOT NULL,
+            prefix_len BIGINT NOT NULL CHECK (prefix_len >= 1),
+            plan_json TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            PRIMARY KEY (tenant, prefix_hash)
+        )""",
+        "CREATE INDEX plans_by_anchor ON plans (tenant, anchor, prefix_len)",
     ),
 }
 
@@ -645,6 +660,58 @@ class PostgresStore:
             return StoredManifest(
                 compaction_id, str(row["session"]), str(row["manifest"]), str(row["stored_at"])
             )
+
+        return await self._run(job)
+
+    # -- compaction plans -------------------------------------------------------------------------
+
+    async def put_plan(
+        self, tenant: str, anchor: str, prefix_hash: str, prefix_len: int, plan_json: str
+    ) -> str:
+        check_keys(tenant)
+        text = encode_plan(anchor, prefix_hash, prefix_len, plan_json)
+        _check_storable([("anchor", anchor), ("prefix_hash", prefix_hash), ("plan_json", text)])
+
+        async def job(conn: Any) -> str:
+            async with conn.transaction():
+                # Waits for a concurrent insert of the same key to commit or roll back.
+                await conn.execute(
+                    "INSERT INTO plans (tenant, prefix_hash, anchor, prefix_len, plan_json,"
+                    " created_at) VALUES ($1, $2, $3, $4, $5, $6)"
+                    " ON CONFLICT (tenant, prefix_hash) DO NOTHING",
+                    tenant,
+                    prefix_hash,
+                    anchor,
+                    prefix_len,
+                    text,
+                    _now(),
+                )
+                stored = await conn.fetchval(
+                    "SELECT plan_json FROM plans WHERE tenant = $1 AND prefix_hash = $2",
+                    tenant,
+                    prefix_hash,
+                )
+                return text if stored is None else str(stored)
+
+        return await self._run(job)
+
+    async def plans_for(
+        self, tenant: str, anchor: str, limit: int = DEFAULT_PLAN_LIMIT
+    ) -> tuple[str, ...]:
+        check_keys(tenant)
+        limit = check_plan_limit(limit)
+        if not isinstance(anchor, str) or _unstorable(anchor):
+            return ()  # could never have been stored
+
+        async def job(conn: Any) -> tuple[str, ...]:
+            rows = await conn.fetch(
+                "SELECT plan_json FROM plans WHERE tenant = $1 AND anchor = $2"
+                " ORDER BY prefix_len DESC, prefix_hash LIMIT $3",
+                tenant,
+                anchor,
+                limit,
+            )
+            return tuple(str(row["plan_json"]) for row in rows)
 
         return await self._run(job)
 

@@ -44,6 +44,7 @@ from proxy.core.durable import (
 )
 from proxy.store.base import (
     DEFAULT_EVENT_LIMIT,
+    DEFAULT_PLAN_LIMIT,
     EMPTY_PREFIX,
     AppliedMigration,
     DuplicateEvent,
@@ -57,9 +58,11 @@ from proxy.store.base import (
     StoreUnavailable,
     TranscriptEvent,
     check_keys,
+    check_plan_limit,
     check_prefix,
     encode_events,
     encode_manifest,
+    encode_plan,
 )
 from proxy.store.migrations import migrate
 
@@ -416,6 +419,45 @@ class SQLiteStore:
                 (tenant, compaction_id),
             ).fetchone()
             return None if row is None else StoredManifest(compaction_id, *row)
+
+        return await self._run(job)
+
+    # -- compaction plans -------------------------------------------------------------------------
+
+    async def put_plan(
+        self, tenant: str, anchor: str, prefix_hash: str, prefix_len: int, plan_json: str
+    ) -> str:
+        check_keys(tenant)
+        text = encode_plan(anchor, prefix_hash, prefix_len, plan_json)
+
+        def job(conn: sqlite3.Connection) -> str:
+            with _immediate(conn):
+                conn.execute(
+                    "INSERT OR IGNORE INTO plans (tenant, prefix_hash, anchor, prefix_len,"
+                    " plan_json, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    (tenant, prefix_hash, anchor, prefix_len, text, _now()),
+                )
+                row = conn.execute(
+                    "SELECT plan_json FROM plans WHERE tenant = ? AND prefix_hash = ?",
+                    (tenant, prefix_hash),
+                ).fetchone()
+                return text if row is None else str(row[0])
+
+        return await self._run(job)
+
+    async def plans_for(
+        self, tenant: str, anchor: str, limit: int = DEFAULT_PLAN_LIMIT
+    ) -> tuple[str, ...]:
+        check_keys(tenant)
+        limit = check_plan_limit(limit)
+
+        def job(conn: sqlite3.Connection) -> tuple[str, ...]:
+            rows = conn.execute(
+                "SELECT plan_json FROM plans WHERE tenant = ? AND anchor = ?"
+                " ORDER BY prefix_len DESC, prefix_hash LIMIT ?",
+                (tenant, anchor, limit),
+            ).fetchall()
+            return tuple(str(text) for (text,) in rows)
 
         return await self._run(job)
 

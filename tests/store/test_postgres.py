@@ -83,6 +83,7 @@ async def test_schema_migrations_table(pg_store: PostgresStore, pg_url: str) -> 
     assert [t["table_name"] for t in tables] == [
         "durable_changes",
         "manifests",
+        "plans",
         "schema_migrations",
         "sessions",
         "transcript_events",
