@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import re
+import subprocess
+import sys
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
@@ -72,3 +76,49 @@ def proxy_config(upstream_url: str, state_dir: str, **sections: Any) -> Config:
 
 def replace(config: Config, **changes: Any) -> Config:
     return dataclasses.replace(config, **changes)
+
+
+class ListeningProcess:
+    """``python -m proxy <args>`` as a child process, its address read from its
+    "listening on http://..." log line; every stderr line is kept in ``lines``."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None, what: str = "proxy") -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "proxy", *args],
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.lines: list[str] = []
+        self.url = ""
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert self.proc.stderr is not None
+            for line in self.proc.stderr:
+                self.lines.append(line)
+                match = re.search(r"listening on (http://[\d.]+:\d+)", line)
+                if match:
+                    self.url = match.group(1)
+                    ready.set()
+
+        self._pump = threading.Thread(target=pump, daemon=True)
+        self._pump.start()
+        if not ready.wait(20):
+            self.proc.kill()
+            raise AssertionError(f"{what} did not start:\n" + "".join(self.lines))
+
+    def stop(self, *, graceful: bool = False) -> int:
+        """Kill (or, ``graceful``, SIGTERM first) and reap; returns the exit code."""
+        if self.proc.poll() is None:
+            (self.proc.terminate if graceful else self.proc.kill)()
+        try:
+            code = self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(10)
+        self._pump.join(5)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+        return code

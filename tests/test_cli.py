@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import orjson
 import pytest
 
 from proxy.config import Config, ConfigError, config_path_from_env, load_config
+from tests.harness import ListeningProcess
 from tests.upstream import FakeUpstream, Stream, text_stream_events
 
 KEY = "sk-ant-cli-canary-1234567890"
@@ -118,43 +118,12 @@ def test_committed_example_configs_are_valid() -> None:
         load_config(path)
 
 
-class ServeProcess:
+class ServeProcess(ListeningProcess):
+    """``context-proxy serve --port 0`` as a child process."""
+
     def __init__(self, config_path: Path | None, env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "serve", "--port", "0", *args]
-            + (["--config", str(config_path)] if config_path else []),
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
-        self.lines: list[str] = []
-        self.url = ""
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                match = re.search(r"listening on (http://[\d.]+:\d+)", line)
-                if match:
-                    self.url = match.group(1)
-                    ready.set()
-
-        self._pump = threading.Thread(target=pump, daemon=True)
-        self._pump.start()
-        if not ready.wait(20):
-            self.proc.kill()
-            raise AssertionError("proxy did not start:\n" + "".join(self.lines))
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        code = self.proc.wait(10)
-        self._pump.join(5)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-        return code
+        config = ["--config", str(config_path)] if config_path else []
+        super().__init__(["serve", "--port", "0", *args, *config], env)
 
 
 @pytest.fixture

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import secrets
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +22,7 @@ import pytest
 import yaml
 
 from proxy.store import RecordedEvent, open_store
+from tests.harness import ListeningProcess
 from tests.pg_server import fresh_schema
 from tests.test_cli import ServeProcess
 
@@ -33,54 +30,18 @@ ROOT = Path(__file__).resolve().parent.parent
 HEADERS = {"x-api-key": "sk-demo-not-a-real-key", "anthropic-version": "2023-06-01"}
 
 
-class DemoUpstream:
+class DemoUpstream(ListeningProcess):
     """``python -m proxy demo-upstream --port 0``, its address read from its log."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "demo-upstream", "--port", "0"],
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self.url = ""
-        ready = threading.Event()
-
-        def pump() -> None:
-            assert self.proc.stderr is not None
-            for line in self.proc.stderr:
-                self.lines.append(line)
-                match = re.search(r"listening on (http://[\d.]+:\d+)", line)
-                if match:
-                    self.url = match.group(1)
-                    ready.set()
-
-        self._pump = threading.Thread(target=pump, daemon=True)
-        self._pump.start()
-        if not ready.wait(20):
-            self.proc.kill()
-            raise AssertionError("demo upstream did not start:\n" + "".join(self.lines))
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            code = self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait(10)
-        self._pump.join(5)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-        return code
+        super().__init__(["demo-upstream", "--port", "0"], what="demo upstream")
 
 
 @pytest.fixture
 def demo_upstream() -> Iterator[DemoUpstream]:
     process = DemoUpstream()
     yield process
-    process.stop()
+    process.stop(graceful=True)
 
 
 def test_the_demo_upstream_answers_like_the_provider(demo_upstream: DemoUpstream) -> None:
@@ -120,7 +81,7 @@ def test_the_demo_upstream_answers_like_the_provider(demo_upstream: DemoUpstream
     assert [m["id"] for m in models["data"]] == ["claude-demo-1"]
     bad = httpx.post(url + "/v1/messages", content=b"not json", timeout=10)
     assert bad.status_code == 400 and bad.json()["type"] == "error"
-    assert demo_upstream.stop() == 0  # SIGTERM: a clean exit
+    assert demo_upstream.stop(graceful=True) == 0  # SIGTERM: a clean exit
 
 
 def _replica_config(tmp_path: Path, upstream_url: str, store_url: str) -> Path:
