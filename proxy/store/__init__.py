@@ -27,6 +27,7 @@ from proxy.store.base import (
     StoredManifest,
     StoreError,
     StoreUnavailable,
+    SummaryClaim,
     TranscriptEvent,
 )
 from proxy.store.postgres import PostgresStore
@@ -47,6 +48,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StoredManifest",
+    "SummaryClaim",
     "TranscriptEvent",
     "open_store",
     "sqlite_path",

@@ -56,10 +56,16 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "StoredManifest",
+    "SummaryClaim",
+    "SummaryRow",
     "TranscriptEvent",
+    "check_calibration",
     "check_keys",
     "check_plan_limit",
     "check_prefix",
+    "check_summary_claim",
+    "decide_claim",
+    "decide_settle",
     "encode_events",
     "encode_manifest",
     "encode_plan",
@@ -148,6 +154,31 @@ class StoredManifest:
 
 
 @dataclass(frozen=True, slots=True)
+class SummaryClaim:
+    """The answer to ``claim_summary``.
+
+    ``acquired``: the caller holds the lease (until ``wait_seconds`` from now) and makes the call;
+    ``held``: another caller does, ask again within ``wait_seconds``; ``ok``: the summary is
+    stored (``text``); ``failed``: the holder's call failed a moment ago (keep the view without a
+    summary, as the holder did).
+    """
+
+    state: Literal["acquired", "held", "ok", "failed"]
+    text: str | None = None
+    wait_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRow:
+    """A ``summaries`` row as the backends store it (``expires_at``: epoch seconds)."""
+
+    state: Literal["pending", "ok", "failed"]
+    holder: str
+    expires_at: float
+    text: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class AppliedMigration:
     version: int
     name: str
@@ -216,6 +247,30 @@ class Store(Protocol):
     ) -> tuple[str, ...]:
         """The plan JSON of the conversation ``(tenant, anchor)``, longest prefix first."""
         ...
+
+    async def claim_summary(
+        self, tenant: str, key: str, holder: str, lease_seconds: float
+    ) -> SummaryClaim:
+        """One summary per ``(tenant, key)`` across every replica: a lease, or the stored text.
+
+        The first caller (or the first after a lease or a failure expired) gets ``acquired``;
+        claiming again with the same ``holder`` while it holds the lease renews it.
+        """
+        ...
+
+    async def settle_summary(
+        self, tenant: str, key: str, holder: str, text: str | None, retry_seconds: float
+    ) -> None:
+        """The holder's outcome: ``text`` is stored for good; ``None`` (the call failed) is
+        remembered for ``retry_seconds``, then the next claimer may try again. A no-op when
+        ``holder`` no longer holds the lease (it expired and another caller took over)."""
+        ...
+
+    async def put_calibration(self, tenant: str, model: str, ratio: float) -> None:
+        """Store the tenant's real/estimate ratio for ``model`` (last writer wins)."""
+        ...
+
+    async def get_calibration(self, tenant: str, model: str) -> float | None: ...
 
     async def list_sessions(self, tenant: str) -> tuple[str, ...]: ...
 
@@ -338,3 +393,70 @@ def check_plan_limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InvalidWrite([FieldError("limit", "expected an integer >= 1")])
     return min(limit, MAX_PLAN_LIMIT)
+
+
+MAX_KEY_CHARS = 200
+
+
+def _finite_positive(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 < float(value) < float("inf")
+    )
+
+
+def _short_key(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value.strip()) and len(value) <= MAX_KEY_CHARS
+
+
+def check_summary_claim(key: object, holder: object, seconds: object, what: str) -> None:
+    """``InvalidWrite`` unless the summary key, holder and a duration are usable."""
+    errors: list[FieldError] = []
+    if not _short_key(key):
+        errors.append(FieldError("key", f"expected a non-empty key of at most {MAX_KEY_CHARS}"))
+    if not _short_key(holder):
+        errors.append(FieldError("holder", "expected a non-empty holder id"))
+    if not _finite_positive(seconds):
+        errors.append(FieldError(what, "expected a positive number of seconds"))
+    if errors:
+        raise InvalidWrite(errors)
+
+
+def check_calibration(model: object, ratio: object | None = None, *, with_ratio: bool) -> None:
+    errors: list[FieldError] = []
+    if not isinstance(model, str) or len(model) > MAX_KEY_CHARS:
+        errors.append(FieldError("model", f"expected a model name of at most {MAX_KEY_CHARS}"))
+    if with_ratio and not _finite_positive(ratio):
+        errors.append(FieldError("ratio", "expected a positive finite number"))
+    if errors:
+        raise InvalidWrite(errors)
+
+
+def decide_claim(
+    row: SummaryRow | None, holder: str, now: float, lease_seconds: float
+) -> tuple[SummaryClaim, SummaryRow | None]:
+    """What ``claim_summary`` answers for the stored ``row``, and the row to write (or None)."""
+    if row is not None and row.state == "ok":
+        return SummaryClaim("ok", row.text), None
+    if row is not None and row.expires_at > now:
+        if row.state == "failed":
+            return SummaryClaim("failed"), None
+        if row.holder != holder:
+            return SummaryClaim("held", wait_seconds=row.expires_at - now), None
+    # absent, expired, or our own lease (a renewal): take it
+    return (
+        SummaryClaim("acquired", wait_seconds=lease_seconds),
+        SummaryRow("pending", holder, now + lease_seconds, None),
+    )
+
+
+def decide_settle(
+    row: SummaryRow | None, holder: str, text: str | None, now: float, retry_seconds: float
+) -> SummaryRow | None:
+    """The row ``settle_summary`` writes, or None when ``holder`` no longer holds the lease."""
+    if row is None or row.state != "pending" or row.holder != holder:
+        return None
+    if text is None:
+        return SummaryRow("failed", holder, now + retry_seconds, None)
+    return SummaryRow("ok", holder, now, text)

@@ -107,6 +107,29 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX plans_by_anchor ON plans (tenant, anchor, prefix_len)",
         ),
     ),
+    Migration(
+        3,
+        "summary leases and calibration",
+        (
+            """CREATE TABLE summaries (
+                tenant TEXT NOT NULL,
+                summary_key TEXT NOT NULL,
+                state TEXT NOT NULL CHECK (state IN ('pending', 'ok', 'failed')),
+                holder TEXT NOT NULL,
+                expires_at REAL NOT NULL,
+                summary TEXT,
+                updated_at TEXT NOT NULL,
+                PRIMARY KEY (tenant, summary_key)
+            ) WITHOUT ROWID""",
+            """CREATE TABLE calibration (
+                tenant TEXT NOT NULL,
+                model TEXT NOT NULL,
+                ratio REAL NOT NULL CHECK (ratio > 0),
+                updated_at TEXT NOT NULL,
+                PRIMARY KEY (tenant, model)
+            ) WITHOUT ROWID""",
+        ),
+    ),
 )
 
 

@@ -69,10 +69,16 @@ from proxy.store.base import (
     StoredManifest,
     StoreError,
     StoreUnavailable,
+    SummaryClaim,
+    SummaryRow,
     TranscriptEvent,
+    check_calibration,
     check_keys,
     check_plan_limit,
     check_prefix,
+    check_summary_claim,
+    decide_claim,
+    decide_settle,
     encode_events,
     encode_manifest,
     encode_plan,
@@ -189,6 +195,25 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
         )""",
         "CREATE INDEX plans_by_anchor ON plans (tenant, anchor, prefix_len)",
     ),
+    3: (
+        """CREATE TABLE summaries (
+            tenant TEXT COLLATE "C" NOT NULL,
+            summary_key TEXT COLLATE "C" NOT NULL,
+            state TEXT NOT NULL CHECK (state IN ('pending', 'ok', 'failed')),
+            holder TEXT NOT NULL,
+            expires_at DOUBLE PRECISION NOT NULL,
+            summary TEXT,
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (tenant, summary_key)
+        )""",
+        """CREATE TABLE calibration (
+            tenant TEXT COLLATE "C" NOT NULL,
+            model TEXT COLLATE "C" NOT NULL,
+            ratio DOUBLE PRECISION NOT NULL CHECK (ratio > 0),
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (tenant, model)
+        )""",
+    ),
 }
 
 
@@ -231,6 +256,46 @@ def _check_storable(fields: Sequence[tuple[str, object]]) -> None:
     ]
     if errors:
         raise InvalidWrite(errors)
+
+
+async def _locked_summary(conn: Any, tenant: str, key: str) -> tuple[SummaryRow | None, float]:
+    """The summary row, locked until the transaction ends (created as an expired pending row
+    first, so two claimers of a new key queue on the same row), and the database's clock."""
+    await conn.execute(
+        "INSERT INTO summaries (tenant, summary_key, state, holder, expires_at, summary,"
+        " updated_at) VALUES ($1, $2, 'pending', '', 0, NULL, $3)"
+        " ON CONFLICT (tenant, summary_key) DO NOTHING",
+        tenant,
+        key,
+        _now(),
+    )
+    row = await conn.fetchrow(
+        "SELECT state, holder, expires_at, summary, extract(epoch FROM clock_timestamp()) AS now"
+        " FROM summaries WHERE tenant = $1 AND summary_key = $2 FOR UPDATE",
+        tenant,
+        key,
+    )
+    stored = SummaryRow(
+        str(row["state"]),  # type: ignore[arg-type]
+        str(row["holder"]),
+        float(row["expires_at"]),
+        None if row["summary"] is None else str(row["summary"]),
+    )
+    return stored, float(row["now"])
+
+
+async def _write_summary(conn: Any, tenant: str, key: str, row: SummaryRow) -> None:
+    await conn.execute(
+        "UPDATE summaries SET state = $3, holder = $4, expires_at = $5, summary = $6,"
+        " updated_at = $7 WHERE tenant = $1 AND summary_key = $2",
+        tenant,
+        key,
+        row.state,
+        row.holder,
+        row.expires_at,
+        row.text,
+        _now(),
+    )
 
 
 async def _touch_session(conn: Any, tenant: str, session: str, now: str) -> None:
@@ -712,6 +777,76 @@ class PostgresStore:
                 limit,
             )
             return tuple(str(row["plan_json"]) for row in rows)
+
+        return await self._run(job)
+
+    # -- summary leases, calibration --------------------------------------------------------------
+    # Lease times come from the database's clock, so replicas on several hosts agree on them.
+
+    async def claim_summary(
+        self, tenant: str, key: str, holder: str, lease_seconds: float
+    ) -> SummaryClaim:
+        check_keys(tenant)
+        check_summary_claim(key, holder, lease_seconds, "lease_seconds")
+        _check_storable([("key", key), ("holder", holder)])
+
+        async def job(conn: Any) -> SummaryClaim:
+            async with conn.transaction():
+                row, now = await _locked_summary(conn, tenant, key)
+                claim, write = decide_claim(row, holder, now, lease_seconds)
+                if write is not None:
+                    await _write_summary(conn, tenant, key, write)
+                return claim
+
+        return await self._run(job)
+
+    async def settle_summary(
+        self, tenant: str, key: str, holder: str, text: str | None, retry_seconds: float
+    ) -> None:
+        check_keys(tenant)
+        check_summary_claim(key, holder, retry_seconds, "retry_seconds")
+        if text is not None and not isinstance(text, str):
+            raise InvalidWrite([FieldError("text", "expected text or null")])
+        _check_storable([("key", key), ("holder", holder), ("text", text)])
+
+        async def job(conn: Any) -> None:
+            async with conn.transaction():
+                row, now = await _locked_summary(conn, tenant, key)
+                write = decide_settle(row, holder, text, now, retry_seconds)
+                if write is not None:
+                    await _write_summary(conn, tenant, key, write)
+
+        await self._run(job)
+
+    async def put_calibration(self, tenant: str, model: str, ratio: float) -> None:
+        check_keys(tenant)
+        check_calibration(model, ratio, with_ratio=True)
+        _check_storable([("model", model)])
+
+        async def job(conn: Any) -> None:
+            await conn.execute(
+                "INSERT INTO calibration (tenant, model, ratio, updated_at) VALUES ($1, $2, $3, $4)"
+                " ON CONFLICT (tenant, model) DO UPDATE"
+                " SET ratio = excluded.ratio, updated_at = excluded.updated_at",
+                tenant,
+                model,
+                float(ratio),
+                _now(),
+            )
+
+        await self._run(job)
+
+    async def get_calibration(self, tenant: str, model: str) -> float | None:
+        check_keys(tenant)
+        check_calibration(model, with_ratio=False)
+        if _unstorable(model):
+            return None  # could never have been stored
+
+        async def job(conn: Any) -> float | None:
+            ratio = await conn.fetchval(
+                "SELECT ratio FROM calibration WHERE tenant = $1 AND model = $2", tenant, model
+            )
+            return None if ratio is None else float(ratio)
 
         return await self._run(job)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -56,10 +57,16 @@ from proxy.store.base import (
     StoredManifest,
     StoreError,
     StoreUnavailable,
+    SummaryClaim,
+    SummaryRow,
     TranscriptEvent,
+    check_calibration,
     check_keys,
     check_plan_limit,
     check_prefix,
+    check_summary_claim,
+    decide_claim,
+    decide_settle,
     encode_events,
     encode_manifest,
     encode_plan,
@@ -101,6 +108,26 @@ def _touch_session(conn: sqlite3.Connection, tenant: str, session: str, now: str
         "INSERT INTO sessions (tenant, session, created_at, updated_at) VALUES (?, ?, ?, ?)"
         " ON CONFLICT (tenant, session) DO UPDATE SET updated_at = excluded.updated_at",
         (tenant, session, now, now),
+    )
+
+
+def _summary_row(conn: sqlite3.Connection, tenant: str, key: str) -> SummaryRow | None:
+    row = conn.execute(
+        "SELECT state, holder, expires_at, summary FROM summaries"
+        " WHERE tenant = ? AND summary_key = ?",
+        (tenant, key),
+    ).fetchone()
+    return None if row is None else SummaryRow(row[0], row[1], float(row[2]), row[3])
+
+
+def _write_summary(conn: sqlite3.Connection, tenant: str, key: str, row: SummaryRow) -> None:
+    conn.execute(
+        "INSERT INTO summaries (tenant, summary_key, state, holder, expires_at, summary,"
+        " updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, summary_key) DO UPDATE"
+        " SET state = excluded.state, holder = excluded.holder,"
+        " expires_at = excluded.expires_at, summary = excluded.summary,"
+        " updated_at = excluded.updated_at",
+        (tenant, key, row.state, row.holder, row.expires_at, row.text, _now()),
     )
 
 
@@ -458,6 +485,69 @@ class SQLiteStore:
                 (tenant, anchor, limit),
             ).fetchall()
             return tuple(str(text) for (text,) in rows)
+
+        return await self._run(job)
+
+    # -- summary leases, calibration --------------------------------------------------------------
+
+    async def claim_summary(
+        self, tenant: str, key: str, holder: str, lease_seconds: float
+    ) -> SummaryClaim:
+        check_keys(tenant)
+        check_summary_claim(key, holder, lease_seconds, "lease_seconds")
+
+        def job(conn: sqlite3.Connection) -> SummaryClaim:
+            with _immediate(conn):
+                claim, write = decide_claim(
+                    _summary_row(conn, tenant, key), holder, time.time(), lease_seconds
+                )
+                if write is not None:
+                    _write_summary(conn, tenant, key, write)
+                return claim
+
+        return await self._run(job)
+
+    async def settle_summary(
+        self, tenant: str, key: str, holder: str, text: str | None, retry_seconds: float
+    ) -> None:
+        check_keys(tenant)
+        check_summary_claim(key, holder, retry_seconds, "retry_seconds")
+        if text is not None and not isinstance(text, str):
+            raise InvalidWrite([FieldError("text", "expected text or null")])
+
+        def job(conn: sqlite3.Connection) -> None:
+            with _immediate(conn):
+                row = _summary_row(conn, tenant, key)
+                write = decide_settle(row, holder, text, time.time(), retry_seconds)
+                if write is not None:
+                    _write_summary(conn, tenant, key, write)
+
+        await self._run(job)
+
+    async def put_calibration(self, tenant: str, model: str, ratio: float) -> None:
+        check_keys(tenant)
+        check_calibration(model, ratio, with_ratio=True)
+
+        def job(conn: sqlite3.Connection) -> None:
+            with _immediate(conn):
+                conn.execute(
+                    "INSERT INTO calibration (tenant, model, ratio, updated_at)"
+                    " VALUES (?, ?, ?, ?) ON CONFLICT (tenant, model) DO UPDATE"
+                    " SET ratio = excluded.ratio, updated_at = excluded.updated_at",
+                    (tenant, model, float(ratio), _now()),
+                )
+
+        await self._run(job)
+
+    async def get_calibration(self, tenant: str, model: str) -> float | None:
+        check_keys(tenant)
+        check_calibration(model, with_ratio=False)
+
+        def job(conn: sqlite3.Connection) -> float | None:
+            row = conn.execute(
+                "SELECT ratio FROM calibration WHERE tenant = ? AND model = ?", (tenant, model)
+            ).fetchone()
+            return None if row is None else float(row[0])
 
         return await self._run(job)
 
