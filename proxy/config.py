@@ -105,6 +105,10 @@ class SummaryConfig:
     max_tokens: int = field(default=2000, metadata=_check(_positive))
     timeout_seconds: float = field(default=60.0, metadata=_check(_positive))
     max_retries: int = 2
+    # Replicas racing to summarise the same history: one holds a lease in the store and calls,
+    # the others wait for its text; it renews the lease while calling, and a crashed holder's
+    # lease expires after this many seconds.
+    lease_seconds: float = field(default=15.0, metadata=_check(_positive))
     # Empty means the built-in structured hand-off prompt.
     prompt: str = ""
 

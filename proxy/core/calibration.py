@@ -29,6 +29,17 @@ class Calibration:
             old = self._ratios.get(model)
             self._ratios[model] = sample if old is None else old + self.ALPHA * (sample - old)
 
+    def seed(self, model: str, ratio: float) -> None:
+        """Start from a figure measured elsewhere (another replica, via the store) unless this
+        process has observed the model itself."""
+        if not ratio > 0:
+            return
+        with self._lock:
+            self._ratios.setdefault(model, min(self.MAX_RATIO, max(self.MIN_RATIO, ratio)))
+
+    def known(self, model: str) -> bool:
+        return model in self._ratios
+
     def ratio(self, model: str) -> float:
         return self._ratios.get(model, 1.0)
 

@@ -8,7 +8,12 @@ needs, performs the model call for L4 with the request's own credentials, and re
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import itertools
 import logging
+import os
+import secrets
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +43,9 @@ from proxy.server.metrics import Metrics
 from proxy.store import Store, StoreError
 
 log = logging.getLogger("context_proxy.compaction")
+
+# Calibration figures go to the store at most this often per tenant and model.
+CALIBRATION_WRITE_SECONDS = 5.0
 
 # Request header: ``x-compaction: off`` opts one request out. It is the proxy's own control
 # header and is not forwarded upstream.
@@ -88,6 +96,13 @@ def result_headers(result: CompactionResult) -> dict[str, str]:
     )
 
 
+def summary_key(request: SummaryRequest) -> str:
+    """The store key of a summary: the same history to summarise (same prompt, model and
+    rendered text) is the same key on every replica."""
+    digest = hashlib.sha256(orjson.dumps(request.body(), option=orjson.OPT_SORT_KEYS))
+    return "s1-" + digest.hexdigest()
+
+
 def summary_auth_headers(headers: Mapping[str, str]) -> dict[str, Any]:
     """The credentials the request itself goes upstream with (the tenant's policy applied)."""
     auth: dict[str, Any] = {}
@@ -126,6 +141,12 @@ class CompactionService:
         # The shared store (set by the app once it is open): plans go there so that every
         # replica forwards the same view for a conversation; ``plans`` is its read-through cache.
         self.store: Store | None = None
+        # summary leases: one holder id per call (two requests of this process may race too)
+        self._holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._claims = itertools.count(1)
+        self._calibration_read: set[str] = set()
+        self._calibration_written: dict[str, float] = {}
+        self._writes: set[asyncio.Task[None]] = set()
         self._client = anthropic.AsyncAnthropic(
             base_url=upstream_base_url,
             api_key="unused-the-request-credentials-are-sent",
@@ -138,6 +159,8 @@ class CompactionService:
         await asyncio.to_thread(self.counter.count_text, "warm up")
 
     async def close(self) -> None:
+        if self._writes:
+            await asyncio.wait(self._writes, timeout=5)
         await self._client.close()
 
     def policy_for(self, config: CompactionConfig) -> CompactionPolicy:
@@ -175,7 +198,7 @@ class CompactionService:
             report = _headers(0, 0, "deferred", "none", "skipped", None)
             return Prepared(as_sent, changed_by_edge, report, key, None)
 
-        ratio = self.calibration.ratio(key)
+        ratio = await self._ratio(tenant, model, key)
         request = CompactionInput(
             system=body.get("system"),
             tools=body.get("tools"),
@@ -190,7 +213,9 @@ class CompactionService:
         await self._prefetch_plans(tenant, request.messages)
         outcome = await self._off_loop(offload, compact, request, policy, self.counter, self.plans, tenant)
         if not isinstance(outcome, Done):
-            summary = await self._summarize(outcome.summary_request, upstream_headers or headers)
+            summary = await self._summary_once(
+                outcome.summary_request, tenant, config, upstream_headers or headers
+            )
             outcome = Done(await self._off_loop(offload, finish, outcome.continuation, summary))
         result = outcome.result
         if result.plan_status == "new" and result.plan is not None:
@@ -283,6 +308,100 @@ class CompactionService:
             return await asyncio.to_thread(fn, *args)
         return fn(*args)
 
+    async def _summary_once(
+        self,
+        request: SummaryRequest,
+        tenant: str,
+        config: CompactionConfig,
+        headers: Mapping[str, str],
+    ) -> str | None:
+        """The summary of ``request``, made once across every replica sharing the store.
+
+        Replicas (or concurrent requests) compacting the same history ask the same summary
+        request; the store gives one of them a lease (renewed while it calls) and the others
+        wait for its text. A holder that crashed stops renewing and its lease expires after
+        ``summary.lease_seconds``; the first waiter then takes over. Without a usable store the
+        call is made here (a duplicate call costs money, never correctness)."""
+        store = self.store
+        if store is None:
+            return await self._summarize(request, headers)
+        key = summary_key(request)
+        holder = f"{self._holder}:{next(self._claims)}"
+        lease = config.summary.lease_seconds
+        loop = asyncio.get_running_loop()
+        # a live holder's call lasts at most this long; after it, stop waiting and call
+        give_up = loop.time() + lease + config.summary.timeout_seconds * (
+            config.summary.max_retries + 1
+        )
+        pause = 0.05
+        try:
+            while True:
+                claim = await store.claim_summary(tenant, key, holder, lease)
+                if claim.state == "ok":
+                    self.metrics.summaries.labels("shared").inc()
+                    return claim.text
+                if claim.state == "failed":
+                    self.metrics.summaries.labels("failed").inc()
+                    return None
+                if claim.state == "acquired":
+                    return await self._summarize_holding(request, headers, tenant, key, holder, lease)
+                if loop.time() >= give_up:
+                    log.warning("[compact] gave up waiting for another replica's summary")
+                    break
+                await asyncio.sleep(max(0.01, min(pause, claim.wait_seconds)))
+                pause = min(pause * 2, 1.0)
+        except (StoreError, InvalidWrite) as exc:
+            log.warning("[compact] summary lease unavailable: %s", type(exc).__name__)
+        return await self._summarize(request, headers)
+
+    async def _summarize_holding(
+        self,
+        request: SummaryRequest,
+        headers: Mapping[str, str],
+        tenant: str,
+        key: str,
+        holder: str,
+        lease: float,
+    ) -> str | None:
+        """Call while renewing the lease; then store the outcome for the waiters."""
+        store = self.store
+        assert store is not None
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(lease / 3)
+                try:
+                    await store.claim_summary(tenant, key, holder, lease)
+                except (StoreError, InvalidWrite) as exc:
+                    log.warning("[compact] summary lease not renewed: %s", type(exc).__name__)
+
+        renewing = asyncio.create_task(renew())
+        try:
+            text = await self._summarize(request, headers)
+        finally:
+            renewing.cancel()
+        try:
+            await store.settle_summary(tenant, key, holder, text, lease)
+        except (StoreError, InvalidWrite) as exc:
+            log.warning("[compact] summary not stored: %s", type(exc).__name__)
+        return text
+
+    async def _ratio(self, tenant: str, model: str, key: str) -> float:
+        """The calibration ratio for ``key``; the first time this process sees the key, the
+        figure other replicas measured (the store) is the starting point."""
+        store = self.store
+        if store is not None and key not in self._calibration_read:
+            self._calibration_read.add(key)
+            if not self.calibration.known(key):
+                try:
+                    stored = await store.get_calibration(tenant, model)
+                except (StoreError, InvalidWrite) as exc:
+                    log.warning("[compact] calibration not read: %s", type(exc).__name__)
+                    stored = None
+                if stored is not None:
+                    self.calibration.seed(key, stored)
+        return self.calibration.ratio(key)
+
     async def _summarize(self, request: SummaryRequest, headers: Mapping[str, str]) -> str | None:
         """The L4 model call. Failure, timeout or an empty answer → ``None`` (keep the view)."""
         self.summary_calls += 1
@@ -296,11 +415,37 @@ class CompactionService:
             )
         except anthropic.APIError as exc:
             log.warning("[compact] summary call failed: %s", type(exc).__name__)
+            self.metrics.summaries.labels("failed").inc()
             return None
         text = "".join(block.text for block in message.content if block.type == "text")
+        self.metrics.summaries.labels("called" if text else "failed").inc()
         return text or None
 
     def observe(self, key: str, estimate: int | None, real: int | None) -> None:
-        """Calibrate: the provider's real input size against our estimate of what we sent."""
-        if estimate and real:
-            self.calibration.observe(key, estimate, real)
+        """Calibrate: the provider's real input size against our estimate of what we sent.
+
+        The figure goes to the store (in the background, at most once per
+        ``CALIBRATION_WRITE_SECONDS`` per tenant and model) for the other replicas."""
+        if not (estimate and real):
+            return
+        self.calibration.observe(key, estimate, real)
+        store = self.store
+        if store is None:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if now - self._calibration_written.get(key, -CALIBRATION_WRITE_SECONDS) < (
+            CALIBRATION_WRITE_SECONDS
+        ):
+            return
+        self._calibration_written[key] = now
+        tenant, _, model = key.partition("/")
+        task = loop.create_task(self._write_calibration(store, tenant, model, key))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _write_calibration(self, store: Store, tenant: str, model: str, key: str) -> None:
+        try:
+            await store.put_calibration(tenant, model, self.calibration.ratio(key))
+        except (StoreError, InvalidWrite) as exc:
+            log.warning("[compact] calibration not stored: %s", type(exc).__name__)

@@ -30,6 +30,7 @@ class Metrics:
     active_streams: Gauge
     upstream_errors: Counter
     compactions: Counter
+    summaries: Counter
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
@@ -75,6 +76,13 @@ def new_metrics() -> Metrics:
             "context_proxy_upstream_errors",
             "Upstream failures by kind: refused, timeout, reset, midstream.",
             ["kind"],
+            registry=registry,
+        ),
+        summaries=Counter(
+            "context_proxy_summaries",
+            "L4 summaries by source: called (this process made the model call), shared (another"
+            " caller's, from the store), failed (a call or a shared call that failed).",
+            ["source"],
             registry=registry,
         ),
         compactions=Counter(
