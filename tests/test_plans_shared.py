@@ -180,3 +180,50 @@ def test_a_failing_store_only_costs_the_reuse(
     second = _create(_client(b), transcript, k2)  # nothing stored, nothing read: compacted afresh
     assert second.status_code == 200 and second.headers["x-compaction-plan"] == "new"
     assert len(_summaries(upstream)) == 2
+
+
+def _tool_turns(n: int) -> list[dict[str, Any]]:
+    """A conversation of ``n`` tool round trips, each result ~1,500 tokens of its own text."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "audit the logs"}]
+    for i in range(n):
+        text = "\n".join(f"turn {i} line {j}: status=ok latency={i * 7 + j}ms" for j in range(120))
+        messages.append(
+            {"role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{i:03d}", "name": "Bash", "input": {"command": f"cat log{i}"}}]}
+        )
+        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i:03d}", "content": text}]})
+    return messages
+
+
+def test_a_replica_with_an_older_plan_adopts_the_newer_one_the_other_made(
+    upstream: FakeUpstream, make_proxy: Any, tmp_path: Path
+) -> None:
+    """A has the conversation's first plan cached; B compacted again since. When A's view (old
+    plan + new turns) crosses the threshold, A reads B's plan instead of making its own: the
+    pair forwards exactly what one process forwards, turn after turn."""
+    truncate_only = {"threshold": 12_000, "hard_limit": 60_000, "tool_result_cap": 300, "summary": {"model": SUMMARY_MODEL}}
+    shared = {"url": f"sqlite:///{tmp_path / 'shared.db'}"}
+    a = make_proxy(compaction=truncate_only, store=shared)
+    b = make_proxy(compaction=truncate_only, store=shared)
+    single = make_proxy(compaction=truncate_only)
+    _script(upstream)
+    upstream.script(*[Reply(message_json("ok"))] * 200)
+    messages = _tool_turns(24)
+
+    def run(targets: list[Any]) -> tuple[list[bytes], list[str]]:
+        start = len(upstream.requests)
+        plans = []
+        for turn, k in enumerate(range(3, len(messages) + 1, 2)):
+            r = _client(targets[turn % len(targets)]).messages.with_raw_response.create(
+                model="claude-fake-1", max_tokens=10, messages=messages[:k]
+            )
+            plans.append(r.headers["x-compaction-plan"] + ":" + r.headers["x-compaction-layers"])
+        return [r.body for r in upstream.requests[start:]], plans
+
+    alone, plans_alone = run([single])
+    calls_alone = len(_summaries(upstream))
+    pair, plans_pair = run([a, b])
+
+    assert len(_summaries(upstream)) == 2 * calls_alone  # one call per event in either run
+    assert sum(p.startswith("new:") for p in plans_alone) >= 3  # compacted again and again
+    assert plans_pair == plans_alone
+    assert pair == alone

@@ -29,6 +29,7 @@ from proxy.core.compaction import (
     CompactionPolicy,
     CompactionResult,
     Done,
+    NeedsSummary,
     Plan,
     PlanCache,
     SummaryRequest,
@@ -94,6 +95,11 @@ def result_headers(result: CompactionResult) -> dict[str, str]:
         result.summary_status,
         result.compaction_id if result.changed else None,
     )
+
+
+def _compacts_anew(outcome: Done | NeedsSummary) -> bool:
+    """The pipeline is about to make a new plan (rather than reuse one or leave the view)."""
+    return not isinstance(outcome, Done) or outcome.result.plan_status == "new"
 
 
 def summary_key(request: SummaryRequest) -> str:
@@ -212,6 +218,16 @@ class CompactionService:
         )
         await self._prefetch_plans(tenant, request.messages)
         outcome = await self._off_loop(offload, compact, request, policy, self.counter, self.plans, tenant)
+        if _compacts_anew(outcome) and await self._prefetch_plans(
+            tenant, request.messages, refresh=True
+        ):
+            # Another replica compacted this conversation since this one last looked: its
+            # (newer) plan is what every replica must forward from now on, not the one just made.
+            if isinstance(outcome, Done) and outcome.result.plan is not None:
+                self.plans.discard(outcome.result.plan)
+            outcome = await self._off_loop(
+                offload, compact, request, policy, self.counter, self.plans, tenant
+            )
         if not isinstance(outcome, Done):
             summary = await self._summary_once(
                 outcome.summary_request, tenant, config, upstream_headers or headers
@@ -245,32 +261,38 @@ class CompactionService:
         forwarded = orjson.dumps({**body, "messages": result.messages})
         return Prepared(forwarded, True, report, key, estimate, result)
 
-    async def _prefetch_plans(self, tenant: str, messages: Any) -> None:
+    async def _prefetch_plans(self, tenant: str, messages: Any, *, refresh: bool = False) -> bool:
         """Read through to the store: a conversation another replica compacted has its plans
         there. Only when the cache holds none for the conversation (its anchor: a hash of
-        ``messages[0]``); a store failure only costs the reuse (logged)."""
+        ``messages[0]``), or with ``refresh`` (this request is about to compact: the plans
+        another replica made since are read first). True when a plan the cache lacked was added.
+        A store failure only costs the reuse (logged)."""
         store = self.store
         if store is None or not isinstance(messages, list) or len(messages) < 2:
-            return
+            return False
         try:
             anchor = prefix_hashes(messages[:1])[1]
         except (TypeError, ValueError):
-            return  # not JSON: compaction will not plan it either
-        if self.plans.plans(tenant, anchor):
-            return
+            return False  # not JSON: compaction will not plan it either
+        known = {plan.prefix_hash for plan in self.plans.plans(tenant, anchor)}
+        if known and not refresh:
+            return False
         try:
             stored = await store.plans_for(tenant, anchor)
         except (StoreError, InvalidWrite) as exc:
             log.warning("[compact] plans not read from the store: %s", type(exc).__name__)
-            return
+            return False
+        added = False
         for text in reversed(stored):  # shortest first: the cache keeps the longest ones
             try:
                 plan = Plan.from_json(text)
             except ValueError:
                 log.warning("[compact] a stored plan is malformed; ignored")
                 continue
-            if plan.tenant == tenant and plan.anchor == anchor:
+            if plan.tenant == tenant and plan.anchor == anchor and plan.prefix_hash not in known:
                 self.plans.put(plan)
+                added = True
+        return added
 
     async def _persist_plan(self, plan: Plan) -> None:
         """Store a new plan before answering, so the next turn may go to another replica."""

@@ -326,6 +326,20 @@ class PlanCache:
                     slot.view = view
                     return
 
+    def discard(self, plan: Plan) -> None:
+        """Forget ``plan`` (that very value), e.g. one superseded by another replica's."""
+        key = (plan.tenant, plan.anchor)
+        with self._lock:
+            group = self._groups.get(key)
+            if not group:
+                return
+            kept = [s for s in group if s.plan is not plan]
+            self._size -= len(group) - len(kept)
+            if kept:
+                self._groups[key] = kept
+            else:
+                del self._groups[key]
+
     def plans(self, tenant: str, anchor: str) -> tuple[Plan, ...]:
         with self._lock:
             return tuple(s.plan for s in self._groups.get((tenant, anchor), ()))
