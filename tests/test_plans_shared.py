@@ -144,10 +144,15 @@ def test_another_tenant_on_the_other_replica_never_reuses_the_plan(
     assert len(loop_thread.run(store.plans_for("acme", anchor))) == 1
     assert loop_thread.run(store.plans_for("globex", anchor)) == ()
 
-    # Globex's next turn of the very same conversation, on B: compacted afresh, never acme's plan.
-    other = _create(_client(b, GLOBEX_KEY), transcript, k2)
+    # Globex sends the very same history, on B: compacted afresh, never acme's plan.
+    other = _create(_client(b, GLOBEX_KEY), transcript, k1)
     assert other.headers["x-compaction-plan"] == "new"
     assert other.headers["x-compaction-id"] != first.headers["x-compaction-id"]
+    # ... nor acme's summary (the same summary request, so the same key): globex's own call,
+    # with globex's provider key.
+    calls = _summaries(upstream)
+    assert len(calls) == 2 and calls[0].body == calls[1].body
+    assert calls[1].headers["x-api-key"] == "sk-ant-globex-provider"
     summaries = _summaries(upstream)
     assert len(summaries) == 2
     assert summaries[-1].headers["x-api-key"] == "sk-ant-globex-provider"
