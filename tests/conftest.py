@@ -4,9 +4,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
+import orjson
 import pytest
 
 from tests.harness import LoopThread, ProxyServer, proxy_config
+from tests.shared_data import CC_TRANSCRIPT
 from tests.upstream import FakeUpstream
 
 
@@ -21,6 +23,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def transcript() -> dict[str, Any]:
+    """The real Claude Code conversation in Messages format (read-only: tests slice it)."""
+    if not CC_TRANSCRIPT.exists():
+        pytest.skip(f"shared transcripts not found at {CC_TRANSCRIPT}")
+    return orjson.loads(CC_TRANSCRIPT.read_bytes())  # type: ignore[no-any-return]
 
 
 @pytest.fixture(autouse=True)

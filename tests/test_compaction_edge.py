@@ -21,12 +21,6 @@ SUMMARY_MODEL = "claude-summary-test"
 SMALL = {"threshold": 20_000, "hard_limit": 60_000, "summary": {"model": SUMMARY_MODEL}}
 
 
-@pytest.fixture(scope="module")
-def transcript() -> dict[str, Any]:
-    if not TRANSCRIPT.exists():
-        pytest.skip(f"shared transcripts not found at {TRANSCRIPT}")
-    return orjson.loads(TRANSCRIPT.read_bytes())  # type: ignore[no-any-return]
-
 
 def _user_turn_ends(messages: list[dict[str, Any]]) -> list[int]:
     return [k for k in range(1, len(messages) + 1) if messages[k - 1]["role"] == "user"]

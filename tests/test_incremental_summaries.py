@@ -21,12 +21,10 @@ from typing import Any
 
 import httpx2 as httpx
 import orjson
-import pytest
 
 from proxy.core.durable import Create, Fact, PendingItem
 from proxy.server.appkeys import STORE
 from tests.harness import LoopThread, ProxyServer
-from tests.shared_data import CC_TRANSCRIPT
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 
 KEY = "sk-ant-incremental-000111"
@@ -37,12 +35,6 @@ T0 = "2026-12-01T10:00:00+00:00"
 DURABLE_TEXTS = ["DURABLE-FACT deploys go through blue-green", "DURABLE-PENDING rotate the signing key"]
 LATE_FACT = "DURABLE-LATE the staging database is read-only"
 
-
-@pytest.fixture(scope="module")
-def transcript() -> dict[str, Any]:
-    if not CC_TRANSCRIPT.exists():
-        pytest.skip(f"shared transcripts not found at {CC_TRANSCRIPT}")
-    return orjson.loads(CC_TRANSCRIPT.read_bytes())  # type: ignore[no-any-return]
 
 
 def _summary_of(request: RecordedRequest) -> str:

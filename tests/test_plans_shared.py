@@ -16,7 +16,6 @@ from proxy.server.appkeys import COMPACTION, STORE
 from proxy.store import StoreUnavailable
 from proxy.tenants import DEFAULT_TENANT
 from tests.harness import LoopThread, ProxyServer
-from tests.shared_data import CC_TRANSCRIPT
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 
 KEY = "sk-ant-shared-plans-test-000111"
@@ -24,12 +23,6 @@ SUMMARY_MODEL = "claude-summary-test"
 SMALL = {"threshold": 20_000, "hard_limit": 60_000, "summary": {"model": SUMMARY_MODEL}}
 ACME_KEY, GLOBEX_KEY = "cpk-acme-shared-1", "cpk-globex-shared-1"
 
-
-@pytest.fixture(scope="module")
-def transcript() -> dict[str, Any]:
-    if not CC_TRANSCRIPT.exists():
-        pytest.skip(f"shared transcripts not found at {CC_TRANSCRIPT}")
-    return orjson.loads(CC_TRANSCRIPT.read_bytes())  # type: ignore[no-any-return]
 
 
 def _turns(transcript: dict[str, Any], at_least: int) -> tuple[int, int]:

@@ -24,7 +24,6 @@ import yaml
 from proxy.core.tokens import TokenCounter
 from proxy.replay.runner import request_units, shared_prefix_tokens
 from tests.pg_server import SKIP_REASON, fresh_schema
-from tests.shared_data import CC_TRANSCRIPT
 from tests.test_cli import ServeProcess
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 
@@ -32,12 +31,6 @@ SUMMARY_MODEL = "claude-summary-replicas"
 SESSION = "replay-replicas-1"
 HEADERS = {"x-api-key": "sk-ant-replicas-replay-1", "anthropic-version": "2023-06-01", "x-session-id": SESSION}
 
-
-@pytest.fixture(scope="module")
-def transcript() -> dict[str, Any]:
-    if not CC_TRANSCRIPT.exists():
-        pytest.skip(f"shared transcripts not found at {CC_TRANSCRIPT}")
-    return orjson.loads(CC_TRANSCRIPT.read_bytes())  # type: ignore[no-any-return]
 
 
 def _config(path: Path, upstream_url: str, store_url: str, state_dir: Path) -> Path:

@@ -25,7 +25,6 @@ from proxy.server.compaction import summary_key
 from proxy.tenants import DEFAULT_TENANT
 from tests.harness import LoopThread, ProxyServer
 from tests.pg_server import fresh_schema
-from tests.shared_data import CC_TRANSCRIPT
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 
 KEY = "sk-ant-lease-test-000111"
@@ -41,12 +40,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     else:
         yield f"sqlite:///{tmp_path / 'shared.db'}"
 
-
-@pytest.fixture(scope="module")
-def transcript() -> dict[str, Any]:
-    if not CC_TRANSCRIPT.exists():
-        pytest.skip(f"shared transcripts not found at {CC_TRANSCRIPT}")
-    return orjson.loads(CC_TRANSCRIPT.read_bytes())  # type: ignore[no-any-return]
 
 
 def _compaction(lease: float = 15, retries: int = 2) -> dict[str, Any]:
