@@ -25,7 +25,7 @@ from proxy.server.compaction import summary_key
 from proxy.tenants import DEFAULT_TENANT
 from tests.harness import LoopThread, ProxyServer
 from tests.pg_server import fresh_schema
-from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
+from tests.upstream import FakeUpstream, Hang, RecordedRequest, Reply, message_json
 
 KEY = "sk-ant-lease-test-000111"
 SUMMARY_MODEL = "claude-summary-lease"
@@ -201,3 +201,46 @@ def test_a_store_failure_still_summarises(
     assert answer.status_code == 200 and answer.headers["x-compaction-summary"] == "ok"
     assert len(_summaries(upstream)) == 1
 
+
+
+def test_a_holder_whose_client_leaves_hands_the_summary_over_at_once(
+    upstream: FakeUpstream, make_proxy: Any, transcript: dict[str, Any], store_url: str
+) -> None:
+    """A holds the lease (15 s) while its summary call hangs; its client gives up, so A lets the
+    lease go: B, waiting for the same summary, takes over long before the lease would end."""
+    a = make_proxy(compaction=_compaction(lease=15), store={"url": store_url})
+    b = make_proxy(compaction=_compaction(lease=15), store={"url": store_url})
+    asked: list[int] = []
+
+    def answer(request: RecordedRequest) -> Reply | Hang:
+        if request.json()["model"] != SUMMARY_MODEL:
+            return Reply(message_json("ok"))
+        asked.append(1)
+        return Hang() if len(asked) == 1 else Reply(message_json(SUMMARY))
+
+    upstream.script(*[answer] * 10)
+    body = _body(transcript, _turn(transcript, 90))
+    gone: list[BaseException] = []
+
+    def impatient() -> None:
+        try:
+            httpx.post(a.url + "/v1/messages", content=body, headers={"x-api-key": KEY}, timeout=1.5)
+        except httpx.TimeoutException as exc:
+            gone.append(exc)
+
+    leaving = threading.Thread(target=impatient)
+    leaving.start()
+    deadline = time.monotonic() + 10
+    while not asked:
+        assert time.monotonic() < deadline, "A never made its summary call"
+        time.sleep(0.01)
+    started = time.monotonic()
+    on_b = httpx.post(b.url + "/v1/messages", content=body, headers={"x-api-key": KEY}, timeout=60)
+    waited = time.monotonic() - started
+    leaving.join()
+
+    assert gone, "A's client was meant to give up"
+    assert on_b.status_code == 200 and on_b.headers["x-compaction-summary"] == "ok"
+    assert len(asked) == 2  # B made the call A abandoned
+    assert waited < 8, f"B waited {waited:.1f} s: the lease was not let go"
+    assert SUMMARY in _main(upstream)[-1].body.decode()

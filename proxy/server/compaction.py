@@ -14,7 +14,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +47,8 @@ log = logging.getLogger("context_proxy.compaction")
 
 # Calibration figures go to the store at most this often per tenant and model.
 CALIBRATION_WRITE_SECONDS = 5.0
+# A summary lease given up (the holder's client went away) is renewed to expire this soon.
+RELEASE_SECONDS = 0.001
 
 # Request header: ``x-compaction: off`` opts one request out. It is the proxy's own control
 # header and is not forwarded upstream.
@@ -400,6 +402,11 @@ class CompactionService:
         renewing = asyncio.create_task(renew())
         try:
             text = await self._summarize(request, headers)
+        except asyncio.CancelledError:
+            # The client went away: let a waiter take over now rather than when the lease ends
+            # (renewing it to expire at once; in the background, as this task is cancelled).
+            self._background(store.claim_summary(tenant, key, holder, RELEASE_SECONDS))
+            raise
         finally:
             renewing.cancel()
         try:
@@ -462,7 +469,18 @@ class CompactionService:
             return
         self._calibration_written[key] = now
         tenant, _, model = key.partition("/")
-        task = loop.create_task(self._write_calibration(store, tenant, model, key))
+        self._background(self._write_calibration(store, tenant, model, key))
+
+    def _background(self, work: Coroutine[Any, Any, object]) -> None:
+        """Run store work that nobody waits for (``close`` waits for it, briefly)."""
+
+        async def run() -> None:
+            try:
+                await work
+            except (StoreError, InvalidWrite) as exc:
+                log.warning("[compact] background store call failed: %s", type(exc).__name__)
+
+        task = asyncio.get_running_loop().create_task(run())
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
