@@ -15,13 +15,18 @@ Three measurements, side by side in one run (figures, targets and method: bench/
 2. **Added latency of a reused-plan request at ~100k tokens.** Process layout as in
    bench/bench_proxy.py: a fake upstream (tests/upstream.py, subclassed) and the proxy
    (``python -m proxy serve --port 0 --config <yaml>``, compaction at its defaults: threshold 80k)
-   each in their own process. Turn N (>= 100k tokens by our counter) is sent once through the
-   proxy (compaction, summary call answered by the fake upstream: plan ``new``); then turns
-   N+1, N+2, ... (each one more assistant tool call + its small result) are sent, interleaved in
-   rotating order, directly to the upstream, through the proxy (plan ``reused``, checked on every
-   request) and through the proxy with ``x-compaction: off`` (parse + validate + forward only);
-   in cycles of 40 turns on fresh conversations. Part 2b times the same path step by step in
-   process. Target: added p50 (proxy - direct) <= 5 ms.
+   each in their own process. Bodies are laid out as Claude Code sends them: compact JSON,
+   ``model``, ``messages`` with a ``cache_control`` breakpoint on the last block of the last
+   message (moved every turn), then ``tools``. Turn N (>= 100k tokens by our counter) is sent once
+   through the proxy (compaction, summary call answered by the fake upstream: plan ``new``); then
+   turns N+1, N+2, ... (each one more assistant tool call + its small result) are sent,
+   interleaved in rotating order, directly to the upstream, through the proxy (plan ``reused``,
+   checked on every request) and through the proxy with ``x-compaction: off`` (parse + validate +
+   forward only; as another conversation: one more member before ``messages``, so that the proxy
+   does not see each body twice); in cycles of 40 turns on fresh conversations. ``--store
+   both`` adds a second proxy on PostgreSQL and ``--compare-root`` one running other code, in
+   the same rotation. Part 2b times the proxy's steps in process, for a re-sent body and from
+   scratch. Target: added p50 (proxy - direct) <= 5 ms.
 
 3. **Event-loop stall during a cold ~200k-token request.** A prober process (a blocking socket,
    keep-alive, one ``GET /healthz`` every 2 ms) runs against the proxy while one cold request
@@ -64,7 +69,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +99,8 @@ MODEL = "claude-sonnet-4-5"
 TARGET_CACHE_RATIO = 20.0  # x less counting CPU with the block cache
 TARGET_ADDED_P50_MS = 5.0  # reused plan at ~100k tokens, proxy - direct
 TARGET_MAX_STALL_MS = 20.0  # healthz latency during a cold 200k-token request
+
+OFF_HEAD = {"metadata": {"user_id": "bench-opted-out"}}  # see bench_reused
 
 API_HEADERS = {
     "x-api-key": "sk-ant-bench-not-a-key",
@@ -265,9 +271,33 @@ def conversation(
     return messages, total
 
 
-def body_bytes(transcript: dict[str, Any], messages: list[dict[str, Any]]) -> bytes:
+def with_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with a ``cache_control`` breakpoint on the last block of the last message,
+    as Claude Code sends them: the breakpoint moves to the new last message every turn, so the
+    previous last message comes back without it (a copy; ``messages`` is not changed)."""
+    last = messages[-1]
+    content = last["content"]
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    marked = [*content[:-1], {**content[-1], "cache_control": {"type": "ephemeral"}}]
+    return [*messages[:-1], {**last, "content": marked}]
+
+
+def body_bytes(
+    transcript: dict[str, Any], messages: list[dict[str, Any]], head: dict[str, Any] | None = None
+) -> bytes:
+    """The request body as Claude Code lays it out: compact JSON, ``model``, ``messages`` (the
+    breakpoint on the last message), then ``tools`` and the rest. ``head``: more members before
+    ``messages`` (the bench gives each target that shares a proxy its own, so that the proxy
+    sees one conversation per target, as it would with one client per conversation)."""
     return orjson.dumps(
-        {"model": MODEL, "max_tokens": 1024, "tools": transcript["tools"], "messages": messages}
+        {
+            "model": MODEL,
+            **(head or {}),
+            "messages": with_breakpoint(messages),
+            "tools": transcript["tools"],
+            "max_tokens": 1024,
+        }
     )
 
 
@@ -681,16 +711,24 @@ def spawn_proxy(
     offload_bytes: int | None = None,
     variant: Variant = Variant(),
     name: str = "proxy",
+    root: Path = ROOT,
+    store_url: str | None = None,
 ) -> Child:
     """``python -m proxy serve --port 0 --config <yaml>`` in its own process, through
-    ``LAUNCHER`` (gc pause log; ``variant``), or under cProfile when ``profile`` is set."""
+    ``LAUNCHER`` (gc pause log; ``variant``), or under cProfile when ``profile`` is set.
+
+    ``root``: the source tree the proxy runs from (its working directory; ``--compare-root``
+    starts a second one from a copy of other code). ``store_url``: ``store.url`` (default: the
+    SQLite file in its own state folder)."""
     cfg: dict[str, Any] = {
         "listen": {"host": "127.0.0.1"},
         "upstream": {"base_url": upstream_url},
-        "state_dir": str(tmp / "state"),
+        "state_dir": str(tmp / f"state-{name}"),
         "logging": {"level": log_level},
         # compaction: the defaults (threshold 80k, hard limit 120k, offload_bytes 256 KiB)
     }
+    if store_url is not None:
+        cfg["store"] = {"url": store_url}
     if offload_bytes is not None:  # an experiment: what the worker-thread hop costs
         cfg["compaction"] = {"offload_bytes": offload_bytes}
     path = tmp / f"{name}.yaml"
@@ -714,7 +752,7 @@ def spawn_proxy(
         argv = [sys.executable, "-c", LAUNCHER, json.dumps(opts), *serve]
     with open(log_path, "wb") as log:  # stderr to a file: a full pipe would stall the child
         proc = subprocess.Popen(
-            argv, stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL, cwd=ROOT
+            argv, stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL, cwd=root
         )
     url = _wait_listening(name, proc, log_path)
     return Child(name, proc, url, log_path, gc_log, time.monotonic())
@@ -798,25 +836,38 @@ async def bench_reused(
     proxy: Child,
     upstream: Child,
     prober: Prober,
+    others: Sequence[tuple[str, Child]] = (),
+    others_off: bool = True,
 ) -> dict[str, Any]:
     """``n`` measured turns in cycles of ``per_cycle``: each cycle is a fresh ~100k-token
     conversation (turn N compacts: plan ``new``), then ``warmup`` unmeasured and ``per_cycle``
     measured turns, each one small tool step longer (plan ``reused``). Cycles keep every measured
-    request at a realistic ~230-330 messages instead of growing one conversation to 1000+."""
+    request at a realistic ~230-330 messages instead of growing one conversation to 1000+.
+
+    ``others``: more proxy processes (label, child), e.g. another store backend or another copy
+    of the code, measured in the same rotation as ``proxy`` (targets ``label`` and, with
+    ``others_off``, ``label off``): side by side, under the same noise."""
     counter = TokenCounter()
     headers = {**API_HEADERS, "x-bench-mode": "json"}
     off_headers = {**headers, "x-compaction": "off"}
-    targets = ("direct", "proxy", "off")
-    route = {
-        "direct": (urls["direct"], headers),
-        "proxy": (urls["proxy"], headers),
-        "off": (urls["proxy"], off_headers),
+    route: dict[str, tuple[str, dict[str, str], Child | None]] = {
+        "direct": (urls["direct"], headers, None),
+        "proxy": (urls["proxy"], headers, proxy),
+        "off": (urls["proxy"], off_headers, proxy),
     }
+    compacting = ["proxy"]  # targets whose answers must say plan ``reused``
+    for label, child in others:
+        route[label] = (child.url, headers, child)
+        compacting.append(label)
+        if others_off:
+            route[f"{label} off"] = (child.url, off_headers, child)
+    targets = tuple(route)
+    proxied = targets[1:]
     lat: dict[str, list[float]] = {t: [] for t in targets}
     stamps: dict[str, list[tuple[float, float]]] = {t: [] for t in targets}
-    cpu: dict[str, list[float]] = {"proxy": [], "off": []}
+    cpu: dict[str, list[float]] = {t: [] for t in proxied}
     window_start = time.monotonic()
-    plan_status: dict[str, int] = {}
+    statuses: dict[str, dict[str, int]] = {t: {} for t in compacting}
     off_status: dict[str, int] = {}
     body_sizes: list[int] = []
     msg_counts: list[int] = []
@@ -825,8 +876,11 @@ async def bench_reused(
     errors: list[str] = []
     turn_n: dict[str, Any] = {}
     new_plan_ms: list[float] = []
+    main_new_ms: list[float] = []  # turn N of every cycle (the first one included)
+    others_new_ms: dict[str, list[float]] = {}
     nonce = f"{os.getpid()}-{random.randrange(1 << 30):08x}"
     foreign_cores: list[float] = []
+    children = [upstream, proxy, *(child for _, child in others)]
     measured = 0
     cycle = 0
     while measured < n:
@@ -850,6 +904,14 @@ async def bench_reused(
             raise RuntimeError(
                 f"turn N: status {status}, plan {h.get('x-compaction-plan')}: {payload[:300]!r}"
             )
+        for label, child in others:  # turn N through each other proxy too: its own plan
+            other_ms, st, hh, body = await _post(session, child.url + "/v1/messages", raw, headers)
+            others_new_ms.setdefault(label, []).append(other_ms * 1000)
+            if st != 200 or hh.get("x-compaction-plan") != "new":
+                raise RuntimeError(
+                    f"turn N ({label}): status {st}, plan {hh.get('x-compaction-plan')}: "
+                    f"{body[:300]!r}"
+                )
         if first:
             turn_n = {
                 "messages": len(messages),
@@ -861,21 +923,27 @@ async def bench_reused(
             }
         else:
             new_plan_ms.append(elapsed * 1000)
+        main_new_ms.append(elapsed * 1000)
         load = None
         take = min(per_cycle, n - measured)
         for k in range(1, warmup + take + 1):
             if k == warmup + 1:
-                load = ForeignLoad([proxy, upstream])
+                load = ForeignLoad(children)
             messages = messages + small_pair(k)
             raw = body_bytes(transcript, messages)
+            # the opted-out requests go to the same proxy: as another conversation (another
+            # client), not as a second copy of this one's body
+            raw_off = body_bytes(transcript, messages, OFF_HEAD)
             rec = k > warmup
-            order = targets[k % 3 :] + targets[: k % 3]  # rotate who goes first
+            shift = k % len(targets)
+            order = targets[shift:] + targets[:shift]  # rotate who goes first
             for target in order:
-                base, hdrs = route[target]
-                before = proxy.cpu_ns() if target != "direct" else 0
+                base, hdrs, measured_child = route[target]
+                data = raw_off if hdrs is off_headers else raw
+                before = measured_child.cpu_ns() if measured_child is not None else 0
                 t_mono = time.monotonic()
-                elapsed, status, h, payload = await _post(session, base + "/v1/messages", raw, hdrs)
-                after = proxy.cpu_ns() if target != "direct" else 0
+                elapsed, status, h, payload = await _post(session, base + "/v1/messages", data, hdrs)
+                after = measured_child.cpu_ns() if measured_child is not None else 0
                 if status != 200:
                     errors.append(f"{target}: HTTP {status} {payload[:200]!r}")
                     continue
@@ -883,12 +951,13 @@ async def bench_reused(
                     continue
                 lat[target].append(elapsed * 1000)
                 stamps[target].append((t_mono, elapsed))
-                if target != "direct":
+                if measured_child is not None:
                     cpu[target].append((after - before) / 1e6)
-                if target == "proxy":
+                if target in statuses:
                     st = h.get("x-compaction-plan", "?")
-                    plan_status[st] = plan_status.get(st, 0) + 1
-                    tokens_after.append(int(h.get("x-compaction-tokens-after", "0")))
+                    statuses[target][st] = statuses[target].get(st, 0) + 1
+                    if target == "proxy":
+                        tokens_after.append(int(h.get("x-compaction-tokens-after", "0")))
                 elif target == "off":
                     st = h.get("x-compaction-layers", "?")
                     off_status[st] = off_status.get(st, 0) + 1
@@ -902,13 +971,20 @@ async def bench_reused(
         cycle += 1
     s = {t: summary(v) for t, v in lat.items()}
     paired = {
-        t: summary([a - b for a, b in zip(lat[t], lat["direct"], strict=True)])
-        for t in ("proxy", "off")
+        t: summary([a - b for a, b in zip(lat[t], lat["direct"], strict=True)]) for t in proxied
     }
-    added = {
-        t: {q: s[t][q] - s["direct"][q] for q in ("p50", "p90", "p99")} for t in ("proxy", "off")
-    }
-    all_reused = plan_status == {"reused": n}
+    added = {t: {q: s[t][q] - s["direct"][q] for q in ("p50", "p90", "p99")} for t in proxied}
+    # another proxy against the main one: percentiles, and the median of per-turn differences
+    versus: dict[str, dict[str, float]] = {}
+    for t in proxied[2:]:
+        main = "off" if t.endswith(" off") else "proxy"
+        versus[t] = {
+            "p50": s[t]["p50"] - s[main]["p50"],
+            "p99": s[t]["p99"] - s[main]["p99"],
+            "paired_p50": pct([a - b for a, b in zip(lat[t], lat[main], strict=True)], 50),
+        }
+    plan_status = statuses["proxy"]
+    all_reused = all(st == {"reused": n} for st in statuses.values())
     return {
         "turn_n": turn_n,
         "n": n,
@@ -916,18 +992,27 @@ async def bench_reused(
         "per_cycle": per_cycle,
         "warmup_per_cycle": warmup,
         "new_plan_latency_ms_later_cycles": summary(new_plan_ms) if new_plan_ms else None,
+        # turn N (plan new: compaction, summary call, plan stored), every cycle, per proxy
+        "new_plan_latency_ms_by_target": {
+            "proxy": summary(main_new_ms),
+            **{label: summary(v) for label, v in others_new_ms.items()},
+        },
         "body_bytes": {"min": min(body_sizes), "max": max(body_sizes)},
         "messages": {"min": min(msg_counts), "max": max(msg_counts)},
         "tokens_our_counter": {"min": min(token_counts), "max": max(token_counts)},
         "forwarded_tokens_after": {"min": min(tokens_after), "max": max(tokens_after)}
         if tokens_after
         else {},
+        "targets": list(targets),
+        "others": [label for label, _ in others],
         "latency_ms": s,
         "added_ms": added,
         "paired_delta_ms": paired,
+        "versus_main_ms": versus,
         "compaction_path_minus_off_ms": {q: s["proxy"][q] - s["off"][q] for q in ("p50", "p99")},
         "proxy_cpu_ms_per_req": {t: summary(v) for t, v in cpu.items()},
         "plan_status_counts": plan_status,
+        "plan_status_counts_by_target": statuses,
         "all_reused": all_reused,
         "off_layers_counts": off_status,
         "errors": errors[:10],
@@ -945,117 +1030,117 @@ async def bench_reused(
 # --- 2b. in-process breakdown of the reused-plan path ------------------------------------------
 
 
-def _one_pass_hashes(messages: Sequence[Any], memo: dict[int, int]) -> tuple[int, int]:
-    """PROTOTYPE (not proxy code): one canonical dump per message, markers stripped only when
-    present, serving both a message-level token memo and the rolling prefix hash."""
-    import xxhash
-
-    from proxy.core.compaction.view import strip_markers
-
-    h = 0
-    tokens = 0
-    for m in messages:
-        raw = orjson.dumps(m, option=orjson.OPT_SORT_KEYS)
-        if b'"cache_control"' in raw:
-            raw = orjson.dumps(strip_markers(m), option=orjson.OPT_SORT_KEYS)
-        mh = xxhash.xxh3_64_intdigest(raw)
-        tokens += memo.get(mh, 0)
-        h = xxhash.xxh3_64_intdigest(h.to_bytes(8, "big") + mh.to_bytes(8, "big"))
-    return h, tokens
-
-
 def reused_breakdown(transcript: dict[str, Any], pool: list[str], n: int) -> dict[str, Any]:
     """The proxy's per-request work for a reused plan at ~100k tokens, step by step, in this
-    process (no HTTP, no other thread): where the compaction path's milliseconds go."""
-    from proxy.core.compaction.plan import prefix_hashes
+    process (no HTTP, no other thread), each step both ways: as the proxy does it for a re-sent
+    body (the history parsed, validated and hashed on an earlier turn, ``proxy.core.reparse``)
+    and from scratch (a body seen for the first time, or a proxy without that memo).
 
-    tools = transcript["tools"]
+    Each turn's body is new to both paths, as in the proxy: a fresh parse has fresh string
+    objects, whose UTF-8 form every dump must compute again (that, not the JSON, is most of a
+    dump's cost), while a re-sent history's objects already carry it."""
+    from proxy.core.protocol import scan_messages
+    from proxy.core.reparse import BodyMemo
+
     messages, tokens = conversation(transcript, 100_000, "r", TokenCounter(), pool)
-    policy, plans, counter = CompactionPolicy(), PlanCache(), TokenCounter()
-    first = compact(
-        CompactionInput(None, tools, messages, MODEL), policy, counter, plans, "default"
-    )
-    assert not isinstance(first, Done)
-    finish(first.continuation, SUMMARY_TEXT)
-    bodies = []
-    for k in range(1, n + 6):
-        messages = messages + small_pair(k)
-        bodies.append(body_bytes(transcript, messages))
-    memo: dict[int, int] = {}
+    policy, counter = CompactionPolicy(), TokenCounter()
+    plans = {"memo": PlanCache(), "scratch": PlanCache()}
+    for cache in plans.values():
+        first = compact(
+            CompactionInput(None, transcript["tools"], with_breakpoint(messages), MODEL),
+            policy,
+            counter,
+            cache,
+            "default",
+        )
+        assert not isinstance(first, Done)
+        finish(first.continuation, SUMMARY_TEXT)
+    memo = BodyMemo()
+    keep = 8
     steps: dict[str, list[float]] = {}
 
-    def add(name: str, ms: float) -> None:
-        steps.setdefault(name, []).append(ms)
+    def add(name: str, seconds: float) -> None:
+        steps.setdefault(name, []).append(seconds * 1000)
 
-    def run_compact(body: dict[str, Any]) -> Any:
-        return compact(
+    def run_compact(body: dict[str, Any], cache: PlanCache) -> Any:
+        out = compact(
             CompactionInput(None, body["tools"], body["messages"], MODEL),
             policy,
             counter,
-            plans,
+            cache,
             "default",
         )
-
-    async def handoff(body: dict[str, Any]) -> tuple[float, float]:
-        t = time.perf_counter()
-        run_compact(body)
-        inline = time.perf_counter() - t
-        t = time.perf_counter()
-        await asyncio.to_thread(run_compact, body)
-        return inline, time.perf_counter() - t
-
-    def best(fn: Callable[[], Any], reps: int = 3) -> float:
-        """Min of ``reps`` runs, in ms: this machine is shared, the min is the work's own cost."""
-        out = float("inf")
-        for _ in range(reps):
-            t = time.perf_counter()
-            fn()
-            out = min(out, time.perf_counter() - t)
-        return out * 1000
+        assert isinstance(out, Done) and out.result.plan_status == "reused", out
+        return out.result
 
     gc.collect()
-    for i, raw in enumerate(bodies):
+    forwarded = b""
+    size = 0
+    for k in range(1, n + 6):
+        messages = messages + small_pair(k)
+        raw = body_bytes(transcript, messages)
+        size = len(raw)
+        rec = k > 5
+        # the proxy's path for a re-sent body
+        t0 = time.perf_counter()
+        parsed = memo.parse("default", raw)
+        t1 = time.perf_counter()
+        msgs = parsed.body["messages"]
+        count = len(msgs)
+        violation, kept = scan_messages(
+            msgs, parsed.checkpoint, range(max(0, count - keep), count + 1)
+        )
+        assert violation is None
+        parsed.remember(kept)
+        t2 = time.perf_counter()
+        result = run_compact(parsed.body, plans["memo"])
+        t3 = time.perf_counter()
+        parsed.keep_digests(result.digests)
+        forwarded = orjson.dumps({**parsed.body, "messages": result.messages})
+        t4 = time.perf_counter()
+        # from scratch: the same turn, parsed, validated and hashed in full
         body = orjson.loads(raw)
-        t = time.perf_counter()
-        out = run_compact(body)  # first sight: two new blocks to tokenise, as the proxy sees them
-        first_sight = (time.perf_counter() - t) * 1000
-        assert isinstance(out, Done) and out.result.plan_status == "reused", out
-        if i < 5:
+        t5 = time.perf_counter()
+        assert scan_messages(body["messages"])[0] is None
+        t6 = time.perf_counter()
+        scratch = run_compact(body, plans["scratch"])
+        t7 = time.perf_counter()
+        again = orjson.dumps({**body, "messages": scratch.messages})
+        t8 = time.perf_counter()
+        assert again == forwarded  # the same bytes either way
+        if not rec:
             continue
-        add("compact (reused plan), first sight of the body", first_sight)
-        tools, msgs, view = body["tools"], body["messages"], out.result.messages
-        add("orjson.loads", best(partial(orjson.loads, raw)))
-        add("validate_request", best(partial(validate_request, body)))
-        add("compact (reused plan), best of 3", best(partial(run_compact, body)))
-        add(
-            "  count_request (every block hits)",
-            best(partial(counter.count_request, None, tools, msgs)),
-        )
-        add(
-            "  prefix_hashes (strip_markers + dump per message)", best(partial(prefix_hashes, msgs))
-        )
-        add("orjson.dumps(forwarded body)", best(partial(orjson.dumps, {**body, "messages": view})))
-        add(
-            "PROTOTYPE one pass: dump+hash per message (both uses)",
-            best(partial(_one_pass_hashes, msgs, memo)),
-        )
-        inline, threaded = min(asyncio.run(handoff(body)) for _ in range(3))
-        add("compact via asyncio.to_thread minus inline", (threaded - inline) * 1000)
-    forwarded = orjson.dumps({**body, "messages": out.result.messages})
-    p50 = {k: pct(v, 50) for k, v in steps.items()}
-    rest = (
-        p50["compact (reused plan), best of 3"]
-        - p50["  count_request (every block hits)"]
-        - p50["  prefix_hashes (strip_markers + dump per message)"]
+        assert parsed.reused > 0, "the memo did not re-use the history"
+        add("parse: the re-sent body (BodyMemo.parse)", t1 - t0)
+        add("parse: orjson.loads of the whole body", t5 - t4)
+        add("validate: from the kept checkpoint (scan_messages)", t2 - t1)
+        add("validate: every message", t6 - t5)
+        add("compact (reused plan): digests carried", t3 - t2)
+        add("compact (reused plan): every message hashed", t7 - t6)
+        add("orjson.dumps(forwarded body), re-sent objects", t4 - t3)
+        add("orjson.dumps(forwarded body), fresh objects", t8 - t7)
+    memo_total = sum(
+        pct(steps[name], 50)
+        for name in steps
+        if name.startswith(("parse: the", "validate: from", "compact (reused plan): digests"))
+        or name == "orjson.dumps(forwarded body), re-sent objects"
+    )
+    scratch_total = sum(
+        pct(steps[name], 50)
+        for name in steps
+        if name.startswith(("parse: orjson", "validate: every", "compact (reused plan): every"))
+        or name == "orjson.dumps(forwarded body), fresh objects"
     )
     return {
         "n": n,
         "tokens": tokens,
         "forwarded_bytes": len(forwarded),
-        "body_bytes": len(bodies[-1]),
+        "body_bytes": size,
+        "memo": {"hits": memo.hits, "misses": memo.misses},
         "ms": {k: {"min": min(v), "p50": pct(v, 50), "p90": pct(v, 90)} for k, v in steps.items()},
-        "rest_of_compact_p50_ms": rest,  # lookup, view entries, compaction_end, markers, ...
+        "sum_p50_ms": {"re-sent": memo_total, "scratch": scratch_total},
     }
+
 
 
 # --- 3. event-loop stall -----------------------------------------------------------------------
@@ -1610,14 +1695,17 @@ def print_report(res: dict[str, Any]) -> None:
             f"{r['tokens_our_counter']['min']}-{r['tokens_our_counter']['max']} tokens; forwarded after "
             f"compaction {r['forwarded_tokens_after'].get('min')}-{r['forwarded_tokens_after'].get('max')} tokens"
         )
-        hdr = f"   {'target':<28} {'p50 ms':>8} {'p90':>8} {'p99':>8}  {'added p50':>9} {'added p99':>9}  {'paired p50':>10}  {'proxy CPU ms/req p50':>20}"
+        hdr = f"   {'target':<36} {'p50 ms':>8} {'p90':>8} {'p99':>8}  {'added p50':>9} {'added p99':>9}  {'paired p50':>10}  {'proxy CPU ms/req p50':>20}"
         print(hdr)
         names = {
             "direct": "direct to upstream",
-            "proxy": "proxy, compaction (reused)",
-            "off": "proxy, x-compaction: off",
+            "proxy": f"{r.get('main_label') or 'proxy'}, compaction (reused)",
+            "off": f"{r.get('main_label') or 'proxy'}, x-compaction: off",
         }
-        for key in ("direct", "proxy", "off"):
+        for label in r.get("others", []):
+            names[label] = f"{label}, compaction (reused)"
+            names[f"{label} off"] = f"{label}, x-compaction: off"
+        for key in r.get("targets", ("direct", "proxy", "off")):
             s = r["latency_ms"][key]
             add = r["added_ms"].get(key)
             pr = r["paired_delta_ms"].get(key)
@@ -1627,8 +1715,23 @@ def print_report(res: dict[str, Any]) -> None:
             pr50 = "" if pr is None else f"{pr['p50']:+.2f}"
             cpu50 = "" if cpu is None else f"{cpu['p50']:.2f}"
             print(
-                f"   {names[key]:<28} {s['p50']:>8.2f} {s['p90']:>8.2f} {s['p99']:>8.2f}  "
+                f"   {names[key]:<36} {s['p50']:>8.2f} {s['p90']:>8.2f} {s['p99']:>8.2f}  "
                 f"{add50:>9} {add99:>9}  {pr50:>10}  {cpu50:>20}"
+            )
+        for key, v in r.get("versus_main_ms", {}).items():
+            main = names["off" if key.endswith(" off") else "proxy"]
+            print(
+                f"   {names[key]} minus {main}: p50 {v['p50']:+.2f} ms, p99 {v['p99']:+.2f} ms, "
+                f"paired p50 {v['paired_p50']:+.2f} ms"
+            )
+        if r.get("others"):
+            by = r["new_plan_latency_ms_by_target"]
+            print(
+                f"   turn N (plan new), {r['cycles']} per proxy, p50 / max ms: "
+                + ", ".join(
+                    f"{names[key].split(',')[0]} {v['p50']:.0f} / {v['max']:.0f}"
+                    for key, v in by.items()
+                )
             )
         cm = r["compaction_path_minus_off_ms"]
         print(
@@ -1656,17 +1759,21 @@ def print_report(res: dict[str, Any]) -> None:
         print()
         print(
             f"2b. Reused-plan path in-process, step by step ({b2['n']} turns, ~{b2['tokens'] // 1000}k tokens, "
-            f"{b2['body_bytes'] // 1024} KiB in, {b2['forwarded_bytes'] // 1024} KiB forwarded; ms)"
+            f"{b2['body_bytes'] // 1024} KiB in, {b2['forwarded_bytes'] // 1024} KiB forwarded; ms; "
+            f"memo hits {b2['memo']['hits']}, misses {b2['memo']['misses']})"
         )
         print(f"   {'step':<56} {'min':>7} {'p50':>7} {'p90':>7}")
         for name, v in b2["ms"].items():
             print(f"   {name:<56} {v['min']:7.2f} {v['p50']:7.2f} {v['p90']:7.2f}")
+        tot = b2["sum_p50_ms"]
         print(
-            f"   {'  rest of compact (p50 total - p50 parts)':<56} {'':>7} {b2['rest_of_compact_p50_ms']:7.2f}"
+            f"   parse + validate + compact + dumps, sum of p50s: re-sent {tot['re-sent']:.2f} ms, "
+            f"from scratch {tot['scratch']:.2f} ms"
         )
         print(
-            "   (each step but the first: the best of 3 runs on each turn's body, then min/p50/p90 over "
-            "the turns; this machine is shared, the min is closest to the work's own cost)"
+            "   (each turn's body is new to both paths, timed once; 're-sent' is the proxy's path "
+            "for the next turn of a conversation it has seen, 'from scratch' the path for a body "
+            "it has not)"
         )
     s = res.get("stall")
     if s:
@@ -1816,13 +1923,13 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def code_version() -> dict[str, Any]:
-    """Which proxy code was measured (read-only git queries)."""
+def code_version(root: Path = ROOT) -> dict[str, Any]:
+    """Which proxy code was measured (read-only git queries; none outside a git tree)."""
 
     def git(*a: str) -> str:
         try:
             return subprocess.run(
-                ["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=10
+                ["git", *a], cwd=root, capture_output=True, text=True, timeout=10
             ).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
@@ -1830,13 +1937,58 @@ def code_version() -> dict[str, Any]:
     import hashlib
 
     tree = hashlib.sha256()
-    for path in sorted((ROOT / "proxy").rglob("*.py")):
-        tree.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    for path in sorted((root / "proxy").rglob("*.py")):
+        tree.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    inside = (root / ".git").exists()
     return {
-        "commit": git("rev-parse", "--short", "HEAD"),
-        "proxy_dirty_files": git("status", "--porcelain", "--", "proxy").splitlines(),
+        "root": str(root),
+        "commit": git("rev-parse", "--short", "HEAD") if inside else "",
+        "proxy_dirty_files": git("status", "--porcelain", "--", "proxy").splitlines()
+        if inside
+        else [],
         "proxy_tree_sha256": tree.hexdigest()[:16],  # the exact proxy/*.py measured
     }
+
+
+# --- PostgreSQL for --store postgres|both ------------------------------------------------------
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (for the report)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+async def _pg_execute(url: str, statement: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+def pg_schema(url: str) -> tuple[str, str]:
+    """A fresh schema on the PostgreSQL server at ``url`` and the URL that puts the proxy's
+    tables in it (``search_path``, as tests/pg_server.py does). Dropped by ``drop_pg_schema``."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    schema = f"bench_{random.randrange(1 << 48):012x}"
+    asyncio.run(_pg_execute(url, f'CREATE SCHEMA "{schema}"'))
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "search_path"]
+    query.append(("search_path", schema))
+    return schema, urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def drop_pg_schema(url: str, schema: str) -> None:
+    asyncio.run(_pg_execute(url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -1898,6 +2050,26 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="PATH",
         help="run the proxy under cProfile (main thread only) and write its stats to PATH",
     )
+    p.add_argument(
+        "--store",
+        choices=["sqlite", "postgres", "both"],
+        default="sqlite",
+        help="the proxy's store in part 2 (default sqlite, as shipped); 'both': a second proxy on "
+        "PostgreSQL, measured in the same rotation as the SQLite one",
+    )
+    p.add_argument(
+        "--pg-url",
+        default=os.environ.get("CONTEXT_PROXY_TEST_PG"),
+        help="PostgreSQL server for --store postgres|both (default $CONTEXT_PROXY_TEST_PG, from "
+        "`bash .ci/pg start && . .ci/pg.env`); the bench makes a fresh schema and drops it after",
+    )
+    p.add_argument(
+        "--compare-root",
+        metavar="DIR",
+        help="A/B: a second proxy started from the source tree DIR (e.g. a copy of the code "
+        "before a change), measured in the same rotation in part 2",
+    )
+    p.add_argument("--compare-label", default="compare", help="its label in the report")
     p.add_argument("--_role", choices=["upstream", "prober", "sdkprobe"], help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     p.add_argument("--interval", type=float, help=argparse.SUPPRESS)
@@ -1910,6 +2082,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     a.idle_s = a.idle_s or (1.0 if q else 5.0)
     a.diag_reps = a.diag_reps or (1 if q else 3)
     a.breakdown_n = a.breakdown_n or (15 if q else 60)
+    if a.store != "sqlite" and not a.pg_url:
+        p.error(f"--store {a.store} needs --pg-url or CONTEXT_PROXY_TEST_PG (bash .ci/pg start)")
     if a.variants is None:
         a.variants = "" if q else "switch=0.001,freeze,switch=0.001+freeze"
     return a
@@ -1922,6 +2096,8 @@ async def run_servers_parts(
     proxy: Child,
     upstream: Child,
     variants: list[tuple[str, Child]],
+    others: Sequence[tuple[str, Child]] = (),
+    main_label: str | None = None,
 ) -> dict[str, Any]:
     urls = {"direct": upstream.url, "proxy": proxy.url}
     only = set(args.only.split(","))
@@ -1954,7 +2130,9 @@ async def run_servers_parts(
                     proxy,
                     upstream,
                     probers[0],
+                    others,
                 )
+                out["reused"]["main_label"] = main_label
             if "stall" in only:
                 print(
                     f"- 3. healthz during {args.cold_trials} cold ~200k-token request(s) "
@@ -2065,8 +2243,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if only & {"reused", "stall"}:
         t_part = time.perf_counter()
         children: list[Child] = []
+        schema: str | None = None
         with tempfile.TemporaryDirectory(prefix="bench-compaction-") as tmp_name:
             try:
+                pg_url = None
+                if args.store != "sqlite":
+                    schema, pg_url = pg_schema(args.pg_url)
+                    res["store"] = {"postgres": redact_url(args.pg_url), "schema": schema}
                 up = spawn_upstream()
                 children.append(up)
                 px = spawn_proxy(
@@ -2075,6 +2258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.proxy_log_level,
                     args.profile_proxy,
                     args.offload_bytes,
+                    store_url=pg_url if args.store == "postgres" else None,
                 )
                 children.append(px)
                 print(
@@ -2082,6 +2266,34 @@ def main(argv: Sequence[str] | None = None) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
+                others: list[tuple[str, Child]] = []
+                main_label = None
+                if args.store == "both":
+                    main_label = "SQLite store"
+                    pgx = spawn_proxy(
+                        Path(tmp_name),
+                        up.url,
+                        args.proxy_log_level,
+                        offload_bytes=args.offload_bytes,
+                        name="proxy-postgres",
+                        store_url=pg_url,
+                    )
+                    children.append(pgx)
+                    others.append(("PostgreSQL store", pgx))
+                elif args.store == "postgres":
+                    main_label = "PostgreSQL store"
+                if args.compare_root:
+                    cmp = spawn_proxy(
+                        Path(tmp_name),
+                        up.url,
+                        args.proxy_log_level,
+                        offload_bytes=args.offload_bytes,
+                        name="proxy-compare",
+                        root=Path(args.compare_root).resolve(),
+                    )
+                    children.append(cmp)
+                    others.append((args.compare_label, cmp))
+                    res["compare_code"] = code_version(Path(args.compare_root).resolve())
                 variants: list[tuple[str, Child]] = []
                 if "stall" in only:
                     for i, spec in enumerate(v for v in args.variants.split(",") if v):
@@ -2096,7 +2308,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         )
                         children.append(child)
                         variants.append((variant.label, child))
-                res.update(asyncio.run(run_servers_parts(args, transcript, pool, px, up, variants)))
+                res.update(
+                    asyncio.run(
+                        run_servers_parts(
+                            args, transcript, pool, px, up, variants, others, main_label
+                        )
+                    )
+                )
                 if "diagnosis" in only:
                     print(
                         "- 3c. summary call (SDK) on the loop, fresh process ...",
@@ -2109,6 +2327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 for child in reversed(children):
                     child.stop()
+                if schema is not None:
+                    drop_pg_schema(args.pg_url, schema)
             attach_gc(res, {"as shipped": px, **{label: c for label, c in variants}})
         walls["2, 3, 3c (servers)"] = time.perf_counter() - t_part
     if "breakdown" in only:

@@ -36,6 +36,11 @@ Server tools (``server_tool_use`` + any ``*_tool_result`` other than ``tool_resu
 Roles: ``tool_use``/server uses and server results belong to assistant messages, ``tool_result``
 to user messages; anywhere else is a violation. Unknown block types pass untouched.
 
+Resuming: ``scan_messages`` also hands back the validator's state (``Checkpoint``) after chosen
+messages, and starts from such a state for a list whose first messages are those very messages;
+the result is the one of validating the whole list (the state is a function of the messages
+before it). The edge uses it for the history an agent re-sends every turn.
+
 Ordering of the report: the first *shape* violation in scan order; otherwise the tool-protocol
 violation that comes first in message order, where ``messages.N`` sorts before
 ``messages.N.content.0``. (A missing result is attributed to the assistant entry that made the
@@ -44,10 +49,10 @@ call, so it is reported before any problem found later in the answering message.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-__all__ = ["Violation", "validate_messages", "validate_request"]
+__all__ = ["Checkpoint", "Violation", "scan_messages", "validate_messages", "validate_request"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,24 @@ class Violation:
     """Why a request breaks the tool protocol, worded like the provider's 400 message."""
 
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The validator's state after the first ``index`` messages of a list, when nothing was
+    wrong with them: what ``scan_messages`` resumes from, for a list that starts with the very
+    same messages (an agent re-sends its history every turn; see ``proxy.core.reparse``).
+
+    The state depends on nothing but those messages' values, so resuming gives exactly the
+    result of validating the whole list."""
+
+    index: int
+    client_ids: frozenset[str]
+    pending: tuple[tuple[str, bool], ...] | None
+    pending_at: int
+    run_uses: tuple[tuple[str, str], ...]
+    run_open: tuple[tuple[str, tuple[int, str]], ...]
+    prev_role: object
 
 
 _MCP_USE = "mcp_tool_use"
@@ -104,8 +127,20 @@ def _unanswered_server_uses(open_uses: dict[str, tuple[int, str]]) -> tuple[int,
 
 def validate_messages(messages: object) -> Violation | None:
     """Return the first tool-protocol violation of ``messages``, or ``None`` when it is valid."""
+    return scan_messages(messages)[0]
+
+
+def scan_messages(
+    messages: object, resume: Checkpoint | None = None, keep: Collection[int] = ()
+) -> tuple[Violation | None, list[Checkpoint]]:
+    """``validate_messages``, and the validator's ``Checkpoint`` after the first ``k`` messages
+    for each ``k`` in ``keep`` that it passes with nothing found wrong so far (none when it
+    stops at a malformed message).
+
+    ``resume``: start from that checkpoint instead of the first message; it must come from a
+    list whose first ``resume.index`` messages are these very messages (same values)."""
     if not isinstance(messages, list):
-        return Violation("messages: Input should be a valid list")
+        return Violation("messages: Input should be a valid list"), []
 
     # First tool-protocol violation in message order: (message index, block index, text).
     # Message-level violations use block index -1 so they sort before the message's blocks.
@@ -122,22 +157,44 @@ def validate_messages(messages: object) -> Violation | None:
     run_uses: dict[str, str] = {}  # server/mcp use id -> its type, in the current assistant turn
     run_open: dict[str, tuple[int, str]] = {}  # unanswered server/mcp uses -> (message, type)
     prev_role: object = None
+    start = 0
+    if resume is not None:
+        if resume.index > len(messages):
+            raise ValueError("the checkpoint is past the end of the messages")
+        start = resume.index
+        client_ids = set(resume.client_ids)
+        pending = None if resume.pending is None else dict(resume.pending)
+        pending_at = resume.pending_at
+        run_uses = dict(resume.run_uses)
+        run_open = dict(resume.run_open)
+        prev_role = resume.prev_role
+    kept: list[Checkpoint] = []
+    # the ids only ever grow: checkpoints share one frozenset while none is added
+    frozen_ids: frozenset[str] = resume.client_ids if resume is not None else frozenset()
 
-    for i, msg in enumerate(messages):
+    for i, msg in enumerate(messages[start:] if start else messages, start):
+        if keep and i in keep and found is None:
+            if len(frozen_ids) != len(client_ids):
+                frozen_ids = frozenset(client_ids)
+            kept.append(
+                _checkpoint(i, frozen_ids, pending, pending_at, run_uses, run_open, prev_role)
+            )
         if not isinstance(msg, dict):
             return Violation(
                 f'messages.{i}: each message must be an object with "role" and "content"'
-            )
+            ), []
         role = msg.get("role")
         if role != "user" and role != "assistant" and role != "system":
-            return Violation(f'messages.{i}: role must be "user", "assistant" or "system"')
+            return Violation(f'messages.{i}: role must be "user", "assistant" or "system"'), []
         content = msg.get("content")
         if isinstance(content, str):
             blocks: list[object] = []
         elif isinstance(content, list):
             blocks = content
         else:
-            return Violation(f"messages.{i}: content must be a string or a list of content blocks")
+            return Violation(
+                f"messages.{i}: content must be a string or a list of content blocks"
+            ), []
 
         if role == "user":
             expected = pending
@@ -146,12 +203,12 @@ def validate_messages(messages: object) -> Violation | None:
             late = False  # an expected result placed after a non-result block
             for j, block in enumerate(blocks):
                 if not isinstance(block, dict):
-                    return _bad_block(i, j)
+                    return _bad_block(i, j), []
                 t = block.get("type")
                 if t == "tool_result":
                     uid = block.get("tool_use_id")
                     if not isinstance(uid, str):
-                        return _missing_field(i, j, "tool_result", "tool_use_id")
+                        return _missing_field(i, j, "tool_result", "tool_use_id"), []
                     if expected is not None and uid in expected:
                         if expected[uid]:
                             report(
@@ -178,7 +235,7 @@ def validate_messages(messages: object) -> Violation | None:
                 if t == "text":
                     continue
                 if not isinstance(t, str):
-                    return _bad_block(i, j)
+                    return _bad_block(i, j), []
                 if t in _ASSISTANT_ONLY_USES or _is_server_result(t):
                     report(i, j, _wrong_role(i, j, t, "user"))
             if expected is not None:
@@ -208,16 +265,16 @@ def validate_messages(messages: object) -> Violation | None:
             new_pending: dict[str, bool] | None = None
             for j, block in enumerate(blocks):
                 if not isinstance(block, dict):
-                    return _bad_block(i, j)
+                    return _bad_block(i, j), []
                 t = block.get("type")
                 if t == "text" or t == "thinking":
                     continue
                 if not isinstance(t, str):
-                    return _bad_block(i, j)
+                    return _bad_block(i, j), []
                 if t == "tool_use":
                     uid = block.get("id")
                     if not isinstance(uid, str):
-                        return _missing_field(i, j, "tool_use", "id")
+                        return _missing_field(i, j, "tool_use", "id"), []
                     if uid in client_ids:
                         report(
                             i, j, f"messages.{i}.content.{j}: `tool_use` ids must be unique: {uid}"
@@ -232,7 +289,7 @@ def validate_messages(messages: object) -> Violation | None:
                 elif t == _SERVER_USE or t == _MCP_USE:
                     uid = block.get("id")
                     if not isinstance(uid, str):
-                        return _missing_field(i, j, t, "id")
+                        return _missing_field(i, j, t, "id"), []
                     if uid in run_uses:
                         report(i, j, f"messages.{i}.content.{j}: `{t}` ids must be unique: {uid}")
                     else:
@@ -241,7 +298,7 @@ def validate_messages(messages: object) -> Violation | None:
                 elif t.endswith("_tool_result"):
                     uid = block.get("tool_use_id")
                     if not isinstance(uid, str):
-                        return _missing_field(i, j, t, "tool_use_id")
+                        return _missing_field(i, j, t, "tool_use_id"), []
                     want = _MCP_USE if t == _MCP_RESULT else _SERVER_USE
                     if run_uses.get(uid) != want:
                         report(
@@ -269,18 +326,46 @@ def validate_messages(messages: object) -> Violation | None:
                 pending = None
             for j, block in enumerate(blocks):
                 if not isinstance(block, dict):
-                    return _bad_block(i, j)
+                    return _bad_block(i, j), []
                 t = block.get("type")
                 if not isinstance(t, str):
-                    return _bad_block(i, j)
+                    return _bad_block(i, j), []
                 if t in _ASSISTANT_ONLY_USES or t == "tool_result" or _is_server_result(t):
                     report(i, j, _wrong_role(i, j, t, "system"))
         prev_role = role
 
+    if keep and len(messages) in keep and found is None:
+        if len(frozen_ids) != len(client_ids):
+            frozen_ids = frozenset(client_ids)
+        kept.append(
+            _checkpoint(
+                len(messages), frozen_ids, pending, pending_at, run_uses, run_open, prev_role
+            )
+        )
     if pending is not None:  # the conversation ends on an assistant entry with unanswered calls
         report(pending_at, -1, _missing_results(pending_at, list(pending)))
     # Unanswered server uses in the last assistant turn are a pause_turn continuation: allowed.
-    return None if found is None else Violation(found[2])
+    return (None, kept) if found is None else (Violation(found[2]), [])
+
+
+def _checkpoint(
+    index: int,
+    client_ids: frozenset[str],
+    pending: dict[str, bool] | None,
+    pending_at: int,
+    run_uses: dict[str, str],
+    run_open: dict[str, tuple[int, str]],
+    prev_role: object,
+) -> Checkpoint:
+    return Checkpoint(
+        index,
+        client_ids,
+        None if pending is None else tuple(pending.items()),
+        pending_at,
+        tuple(run_uses.items()),
+        tuple(run_open.items()),
+        prev_role,
+    )
 
 
 def _bad_block(i: int, j: int) -> Violation:

@@ -89,6 +89,7 @@ __all__ = [
     "MARKER",
     "MARKER_JSON",
     "MESSAGE_OVERHEAD",
+    "NO_KEY",
     "PDF_PAGE_TOKENS",
     "Calibration",
     "RequestCount",
@@ -96,7 +97,9 @@ __all__ = [
     "canonical_all",
     "canonical_json",
     "containing",
+    "containing_each",
     "image_dimensions",
+    "message_keys",
     "strip_markers",
 ]
 
@@ -115,7 +118,7 @@ _SEED_TOOL = 2
 # The message memo is a dict of its own: unseeded keys are marker-free message hashes; the seed
 # keeps apart the keys of messages whose count depends on their markers.
 _SEED_MESSAGE = 3
-_NO_KEY = -1  # a message not memoised at the message level (digests are never negative)
+NO_KEY = -1  # a message not memoised at the message level (digests are never negative)
 
 MARKER = "cache_control"
 MARKER_JSON = b'"cache_control"'  # how the key shows in canonical JSON
@@ -189,16 +192,28 @@ def containing(canonical: Sequence[bytes | None], needle: bytes) -> list[bool]:
 
     One search over all entries at once. A key, or a string value, shows in canonical JSON as
     itself in double quotes: a message whose bytes lack ``MARKER_JSON`` has no marker."""
-    out = [c is None for c in canonical]
+    return containing_each(canonical, (needle,))[0]
+
+
+def containing_each(
+    canonical: Sequence[bytes | None], needles: Sequence[bytes]
+) -> list[list[bool]]:
+    """``containing(canonical, needle)`` for each of ``needles`` (the entries joined once)."""
     joined = _SEPARATOR.join([b"" if c is None else c for c in canonical])
-    at = joined.find(needle)
-    if at < 0:
-        return out
-    starts = list(accumulate([1 if c is None else len(c) + 1 for c in canonical], initial=0))
-    while at >= 0:
-        i = bisect_right(starts, at) - 1
-        out[i] = True
-        at = joined.find(needle, starts[i + 1])  # on from the next entry's first byte
+    starts: list[int] | None = None
+    out: list[list[bool]] = []
+    for needle in needles:
+        found = [c is None for c in canonical]
+        out.append(found)
+        at = joined.find(needle)
+        if at < 0:
+            continue
+        if starts is None:
+            starts = list(accumulate([1 if c is None else len(c) + 1 for c in canonical], initial=0))
+        while at >= 0:
+            i = bisect_right(starts, at) - 1
+            found[i] = True
+            at = joined.find(needle, starts[i + 1])  # on from the next entry's first byte
     return out
 
 
@@ -243,10 +258,25 @@ def _marker_blind(block: object) -> bool:
     return kind in _MARKER_BLIND
 
 
+def message_keys(
+    messages: Sequence[object], canonical: Sequence[bytes | None], marked: Sequence[bool]
+) -> list[int]:
+    """The message-memo key of each message (``NO_KEY``: counted block by block); ``marked``:
+    ``containing(canonical, MARKER_JSON)``. A dict without a marker is keyed by the hash of its
+    canonical JSON, which is then also its own hash in the compaction plans' prefix hashes."""
+    digest = xxhash.xxh3_64_intdigest
+    return [
+        digest(raw)
+        if not may_have and raw is not None and type(m) is dict
+        else _message_key(m, raw, may_have)
+        for m, raw, may_have in zip(messages, canonical, marked, strict=True)
+    ]
+
+
 def _message_key(message: object, canonical: bytes | None, marked: bool) -> int:
-    """The message-memo key of a message (see the module docstring); ``_NO_KEY``: none."""
+    """The message-memo key of a message (see the module docstring); ``NO_KEY``: none."""
     if canonical is None or not isinstance(message, Mapping):
-        return _NO_KEY
+        return NO_KEY
     if not marked:
         return xxhash.xxh3_64_intdigest(canonical)
     content = message.get("content")
@@ -340,7 +370,7 @@ class TokenCounter:
         if canonical is None:
             return False
         key = _message_key(message, canonical, MARKER_JSON in canonical)
-        return key != _NO_KEY and key in self._message_cache
+        return key != NO_KEY and key in self._message_cache
 
     def count_text(self, text: str) -> int:
         """Tokens of plain text, no overhead. Special-token text never raises."""
@@ -369,6 +399,7 @@ class TokenCounter:
         messages: Sequence[object],
         canonical: Sequence[bytes | None] | None = None,
         marked: Sequence[bool] | None = None,
+        keys: Sequence[int] | None = None,
     ) -> RequestCount:
         """Count a request. ``system``: None, a string or a list of text blocks; ``tools``: None
         or a list of tool definitions; ``messages``: the ``messages`` list.
@@ -376,16 +407,22 @@ class TokenCounter:
         ``canonical``, when given, holds ``canonical_json(m)`` of each message (the caller made
         it anyway): the messages are then counted through the message-level memo as well;
         ``marked`` (optional) is ``containing(canonical, MARKER_JSON)``, if the caller has it.
+        ``keys`` instead: each message's ``message_keys`` entry, when the caller has those (one
+        hashing pass then serves this and the prefix hashes).
         The counts are the same either way; only the memo statistics differ (a message-level hit
         visits no block, so it adds nothing to ``hits``)."""
         system_tokens = self._count_system(system)
         tools_tokens = self._count_tools(tools)
-        if canonical is not None:
+        if keys is not None:
+            if len(keys) != len(messages):
+                raise ValueError("keys must hold one entry per message")
+            per_message = self._count_by_keys(messages, keys)
+        elif canonical is not None:
             if len(canonical) != len(messages):
                 raise ValueError("canonical must hold one entry per message")
             if marked is None:
                 marked = containing(canonical, MARKER_JSON)
-            per_message = self._count_messages(messages, canonical, marked)
+            per_message = self._count_by_keys(messages, message_keys(messages, canonical, marked))
         else:
             per_message = tuple([self._count_one(m) for m in messages])
         return RequestCount(
@@ -414,18 +451,9 @@ class TokenCounter:
             return self.count_message(message)
         return self.count_block(message)
 
-    def _count_messages(
-        self, messages: Sequence[object], canonical: Sequence[bytes | None], marked: Sequence[bool]
-    ) -> tuple[int, ...]:
-        """Per-message counts through the message memo (see ``_message_key``; a message without
-        a key is counted block by block)."""
-        digest = xxhash.xxh3_64_intdigest
-        keys = [
-            digest(raw)
-            if not may_have and raw is not None and type(m) is dict
-            else _message_key(m, raw, may_have)
-            for m, raw, may_have in zip(messages, canonical, marked, strict=True)
-        ]
+    def _count_by_keys(self, messages: Sequence[object], keys: Sequence[int]) -> tuple[int, ...]:
+        """Per-message counts through the message memo (``keys``: see ``message_keys``; a message
+        without a key is counted block by block)."""
         memo = self._message_cache
         with self._lock:  # one acquisition for the whole history
             found = list(map(memo.get, keys))
@@ -443,7 +471,7 @@ class TokenCounter:
         for m, key, known in zip(messages, keys, found, strict=True):
             if known is None:
                 tokens = self._count_one(m)
-                if key != _NO_KEY:
+                if key != NO_KEY:
                     fresh.append((key, tokens))
                 out.append(tokens)
             else:

@@ -5,11 +5,11 @@ Handlers stay thin: they load what the core needs, call it, then do the I/O.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import aiohttp
 import orjson
@@ -17,7 +17,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.config import Config
-from proxy.core.protocol import validate_request
+from proxy.core.protocol import scan_messages
+from proxy.core.reparse import BodyMemo, Parsed
 from proxy.errors import (
     AuthenticationFailed,
     InvalidRequest,
@@ -66,6 +67,13 @@ log = logging.getLogger("context_proxy.app")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ReadinessCheck = Callable[[], Awaitable[bool]]
+
+# The latest parsed body of each conversation: a re-sent history is not parsed (nor validated,
+# nor hashed) again. See proxy.core.reparse.
+BODIES = web.AppKey("bodies", BodyMemo)
+# The validator's state is kept after each of the last messages of a request: the next turn
+# re-sends the history up to about there (its client moves the cache breakpoint).
+CHECKPOINTS_KEPT = 8
 
 
 
@@ -188,18 +196,29 @@ def _decoded_for_inspection(request: web.Request, raw: bytes, limit: int) -> byt
     return text
 
 
-def parse_messages_body(text: bytes) -> dict[str, Any]:
+def _memo_scope(request: web.Request, tenant: str) -> str:
+    """Whose remembered bodies a request may continue: its tenant's, and among those only the
+    ones sent with the same credential (without tenant policies every client is the default
+    tenant: one client's bodies, or how fast they parse, tell nothing to another)."""
+    credential = request.headers.get("x-api-key") or request.headers.get("authorization") or ""
+    digest = hashlib.blake2b(credential.encode(), digest_size=8).hexdigest()
+    return f"{tenant}\0{digest}"
+
+
+def parse_messages_body(text: bytes, memo: BodyMemo | None = None, scope: str = "") -> Parsed:
+    """The parsed body (through ``memo``: a re-sent history is not parsed again), checked."""
     try:
-        body = orjson.loads(text)
+        parsed = memo.parse(scope, text) if memo is not None else Parsed(orjson.loads(text), text, scope)
     except orjson.JSONDecodeError as exc:
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    body = parsed.body
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
     if "messages" not in body:
         raise InvalidRequest("messages: Field required")
     if not isinstance(body["messages"], list):
         raise InvalidRequest("messages: Input should be a valid list")
-    return body
+    return parsed
 
 
 # --- handlers --------------------------------------------------------------------------------
@@ -214,12 +233,18 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     limit = config.limits.max_body_bytes
     raw = await read_body(request, limit)
     app[METRICS].request_bytes.labels(route).observe(len(raw))
-    body = parse_messages_body(_decoded_for_inspection(request, raw, limit))
-    violation = validate_request(body)
-    if violation is not None:
-        raise InvalidRequest(violation.message)
     tenant_policy = request[REQUEST_TENANT]
     tenant = tenant_policy.name
+    parsed = parse_messages_body(
+        _decoded_for_inspection(request, raw, limit), app[BODIES], _memo_scope(request, tenant)
+    )
+    body = parsed.body
+    n = len(body["messages"])
+    keep = range(max(0, n - CHECKPOINTS_KEPT), n + 1) if parsed.rememberable else ()
+    violation, checkpoints = scan_messages(body["messages"], parsed.checkpoint, keep)
+    if violation is not None:
+        raise InvalidRequest(violation.message)
+    parsed.remember(checkpoints)
     sources = tenant_policy.sources
     session = session_from(request.headers)
     durable = app[DURABLE]
@@ -245,6 +270,8 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     )
     extra_headers.update(prepared.headers)
     result = prepared.result
+    if result is not None:
+        parsed.keep_digests(result.digests)
     if session is not None and result is not None and result.plan_status == "new":
         await durable.keep_compaction(tenant, sources, session, body["messages"], result)
     recording = session is not None and route == "messages"
@@ -394,6 +421,7 @@ def build_app(config: Config) -> web.Application:
     )
     app[CONFIG] = config
     app[TENANCY] = TenancyHolder(load_tenancy(config))  # invalid policies: PolicyError, no start
+    app[BODIES] = BodyMemo()
     app[METRICS] = new_metrics()
     app[STATE] = ProxyState()
     app.cleanup_ctx.append(_upstream_session)

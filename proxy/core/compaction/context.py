@@ -51,16 +51,22 @@ class LayerContext:
 
 
 def compaction_end(
-    messages: Sequence[Message], canonical: Sequence[bytes | None] | None = None
+    messages: Sequence[Message],
+    canonical: Sequence[bytes | None] | None = None,
+    maybe: Sequence[bool] | None = None,
 ) -> int:
     """How many leading messages no layer may change: up to the last provider ``compaction``
     block (it must reach the provider verbatim, with everything before it); 0 without one.
 
     ``canonical``: each message's ``canonical_json``, when known, and every message a ``dict``:
-    a message whose JSON does not contain ``"compaction"`` is then skipped without a walk."""
-    maybe = (
-        containing(canonical, COMPACTION_JSON) if canonical is not None else [True] * len(messages)
-    )
+    a message whose JSON does not contain ``"compaction"`` is then skipped without a walk.
+    ``maybe`` instead: that search's result (``containing(canonical, COMPACTION_JSON)``)."""
+    if maybe is None:
+        maybe = (
+            containing(canonical, COMPACTION_JSON)
+            if canonical is not None
+            else [True] * len(messages)
+        )
     for i in range(len(messages) - 1, -1, -1):
         if not maybe[i]:
             continue

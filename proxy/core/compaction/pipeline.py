@@ -12,11 +12,12 @@ Sans-I/O in two steps, because L4 needs a model call that only the edge can make
 (``run_compaction`` does exactly that with a callable.) Order of work:
 
 1. Dump each message once (canonical JSON): that serves the token count (message memo) and the
-   prefix hashes. Look up the longest matching plan. With a plan, the starting view is
-   ``plan view + the messages after its prefix``, else the client's messages. The plan's
-   ``PlanView`` (kept with it in the cache) spares a reused request any walk over the history:
-   its items are taken by reference from the request, and only edited items whose message
-   carries a ``cache_control`` marker are rebuilt and recounted.
+   prefix hashes (``digest``; a ``Resent`` list carries them for the messages an earlier request
+   already had, and only the new ones are dumped). Look up the longest matching plan. With a
+   plan, the starting view is ``plan view + the messages after its prefix``, else the client's
+   messages. The plan's ``PlanView`` (kept with it in the cache) spares a reused request any
+   walk over the history: its items are taken by reference from the request, and only edited
+   items whose message carries a ``cache_control`` marker are rebuilt and recounted.
 2. Calibrated tokens of that view <= ``threshold``: done (``plan_status`` ``reused`` or ``none``).
 3. Otherwise compact toward ``threshold * target_ratio``, lightest layer first, stopping as soon
    as the view is under that target: L1 truncate, L2 dedup, L3 prune (+ L4 summary of what L3
@@ -41,6 +42,7 @@ from proxy.core.compaction.context import (
     frozen_len,
 )
 from proxy.core.compaction.dedup import dedup
+from proxy.core.compaction.digest import Digests, digests
 from proxy.core.compaction.manifest import ManifestRecord, Removed, Summarized
 from proxy.core.compaction.markers import cap_markers
 from proxy.core.compaction.plan import (
@@ -48,7 +50,6 @@ from proxy.core.compaction.plan import (
     Plan,
     PlanCache,
     PlanView,
-    prefix_hashes,
 )
 from proxy.core.compaction.policy import CompactionPolicy
 from proxy.core.compaction.prune import Region, choose_region
@@ -68,13 +69,7 @@ from proxy.core.compaction.view import (
     role_of,
 )
 from proxy.core.protocol import validate_messages
-from proxy.core.tokens import (
-    MARKER_JSON,
-    RequestCount,
-    TokenCounter,
-    canonical_all,
-    containing,
-)
+from proxy.core.tokens import RequestCount, TokenCounter
 
 __all__ = [
     "CompactionInput",
@@ -121,6 +116,9 @@ class CompactionResult:
     changed: bool
     over_hard_limit: bool
     plan: Plan | None  # the plan in effect (``new``: persist it; ``reused``: already known)
+    # of the request's messages: a later request that re-uses these message objects (a
+    # ``Resent`` list) takes them instead of hashing its history again
+    digests: Digests | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +134,7 @@ class _Run:
     # per client message: False when it certainly holds no cache_control marker (a view message
     # made from it then holds none either)
     marked: tuple[bool, ...]
+    digests: Digests
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +174,7 @@ def _unchanged(run: _Run) -> CompactionResult:
         changed=False,
         over_hard_limit=run.tokens_before > run.policy.hard_limit,
         plan=None,
+        digests=run.digests,
     )
 
 
@@ -275,6 +275,7 @@ def _finalize(
         changed=True,
         over_hard_limit=tokens_after > run.policy.hard_limit,
         plan=plan,
+        digests=run.digests,
     )
 
 
@@ -301,6 +302,7 @@ def _reused(
         changed=True,
         over_hard_limit=tokens_after > run.policy.hard_limit,
         plan=plan,
+        digests=run.digests,
     )
 
 
@@ -316,20 +318,21 @@ def _frozen(
     plan: Plan,
     view: PlanView | None,
     messages: Sequence[Message],
-    canonical: Sequence[bytes | None] | None,
+    maybe: Sequence[bool] | None,
 ) -> tuple[int, int]:
     """``compaction_end`` of ``messages`` and of the plan's prefix ``messages[:prefix_len]``.
 
     The prefix is the one the plan's view was made from: only the messages after it are
-    searched when the view knows its end (``canonical`` ``None``: walk everything, as ever)."""
+    searched when the view knows its end. ``maybe``: per message, whether its canonical JSON
+    shows ``"compaction"`` (``None``: walk everything, as ever)."""
     start = plan.prefix_len
-    tail = compaction_end(messages[start:], None if canonical is None else canonical[start:])
-    if view is not None and canonical is not None:
+    tail = compaction_end(messages[start:], maybe=None if maybe is None else maybe[start:])
+    if view is not None and maybe is not None:
         prefix = view.client_frozen
     elif tail and view is not None:
         prefix = 0  # not needed: the end is in the tail, and the view exists
     else:
-        prefix = compaction_end(messages[:start], None if canonical is None else canonical[:start])
+        prefix = compaction_end(messages[:start], maybe=None if maybe is None else maybe[:start])
     return (start + tail if tail else prefix), prefix
 
 
@@ -382,18 +385,18 @@ def compact(
     """Run L1-L3 as needed; ``NeedsSummary`` when L4 must call a model, else ``Done``."""
     messages = request.messages
     n = len(messages)
-    # one canonical dump per message serves the token memo, the prefix hashes and the searches
-    # for markers and compaction blocks (which walk the blocks only of messages that may have one)
-    canonical = canonical_all(messages)
-    has_marker = containing(canonical, MARKER_JSON)
-    count = counter.count_request(request.system, request.tools, messages, canonical, has_marker)
+    # one canonical dump per message (none for messages whose digests a ``Resent`` list
+    # carries) serves the token memo, the prefix hashes and the searches for markers and
+    # compaction blocks (which walk the blocks only of messages that may have one)
+    dg = digests(messages, hashed=n >= 2)
+    count = counter.count_request(request.system, request.tools, messages, keys=dg.keys)
     ratio = request.calibration
     ctx = LayerContext(
         messages, policy, counter, count.system + count.tools, ratio, request.artifact_session
     )
-    hashes = prefix_hashes(messages, canonical, has_marker) if n >= 2 else ()
+    hashes = dg.hashes
     plain = all([isinstance(m, dict) for m in messages])  # else: walk everything, as ever
-    marked = tuple(has_marker) if plain else (True,) * n
+    marked = dg.marked if plain else (True,) * n
     run = _Run(
         request=request,
         policy=policy,
@@ -404,13 +407,14 @@ def compact(
         tokens_before=calibrate(count.total, ratio),
         base=None,
         marked=marked,
+        digests=dg,
     )
     if n < 2:
         return Done(_unchanged(run))
     found = plans.match(tenant, hashes[1], hashes, n - 1)
     frozen = client_frozen = 0
     if found is not None:
-        frozen, client_frozen = _frozen(*found, messages, canonical if plain else None)
+        frozen, client_frozen = _frozen(*found, messages, dg.compaction if plain else None)
         if not _keeps_frozen(found[0], frozen):
             found = None  # a provider compaction block arrived after the plan: start afresh
     if found is not None:

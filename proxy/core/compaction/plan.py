@@ -58,6 +58,7 @@ __all__ = [
     "PlanView",
     "message_hash",
     "prefix_hashes",
+    "rolling_hashes",
 ]
 
 LAYERS = ("truncate", "dedup", "prune", "summarize")
@@ -101,14 +102,21 @@ def prefix_hashes(
         message_hash(message, raw) if may_have or raw is None else digest(raw)
         for message, raw, may_have in zip(messages, canonical, marked, strict=True)
     ]
+    return ("0" * 16, *rolling_hashes(own))
+
+
+def rolling_hashes(own: Sequence[int], start: str = "0" * 16) -> list[str]:
+    """The prefix hashes after ``start`` (the hash of the messages before these): element ``k``
+    extends it by ``own[0..k]``, the messages' own hashes (``message_hash``)."""
+    digest = xxhash.xxh3_64_intdigest
     pack = _PAIR.pack
-    h = 0
-    out = ["0" * 16]
+    h = int(start, 16)
+    out: list[str] = []
     append = out.append
     for mh in own:
         h = digest(pack(h, mh))
         append(f"{h:016x}")
-    return tuple(out)
+    return out
 
 
 def _item_json(item: ViewItem) -> dict[str, Any]:
