@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import threading
@@ -266,3 +267,44 @@ def test_canary_key_never_appears_in_logs(upstream: FakeUpstream, make_proxy: An
     assert caplog.records, "expected some log lines to inspect"
     assert KEY not in text
     assert KEY not in httpx.get(proxy.url + "/metrics").text
+
+
+def test_a_body_nested_too_deep_to_write_back_is_forwarded_as_it_came(upstream: FakeUpstream, proxy: ProxyServer) -> None:
+    """Valid JSON nested deeper than orjson writes (254 levels) cannot be hashed or counted:
+    forwarded untouched, compaction reported as not applied -- never a 500."""
+    deep: Any = "x"
+    for _ in range(300):
+        deep = [deep]
+    messages = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {"v": deep}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]},
+    ]
+    raw = json.dumps({"model": "m", "max_tokens": 5, "messages": messages}).encode()
+    upstream.script(Reply(message_json("ok")))
+    r = httpx.post(proxy.url + "/v1/messages", content=raw, headers={"x-api-key": KEY, "x-session-id": "deep-1"})
+    assert r.status_code == 200, r.text
+    assert upstream.requests[-1].body == raw
+    assert r.headers["x-compaction-layers"] == "none" and r.headers["x-compaction-plan"] == "none"
+
+
+def test_an_unexpected_failure_is_an_anthropic_shaped_500(
+    upstream: FakeUpstream, proxy: ProxyServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from proxy.redact import RedactingFilter
+    from proxy.server.appkeys import COMPACTION
+
+    caplog.handler.addFilter(RedactingFilter())  # as ``serve`` installs it on its handlers
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug with sk-ant-secret-in-message-0123456789")
+
+    monkeypatch.setattr(proxy.app[COMPACTION], "prepare", broken)
+    r = httpx.post(proxy.url + "/v1/messages", content=orjson.dumps(GOOD), headers={"x-api-key": KEY})
+    assert r.status_code == 500
+    assert r.json()["type"] == "error"
+    assert r.json()["error"] == {"type": "api_error", "message": "internal error in the proxy"}
+    assert r.headers["x-should-retry"] == "true"
+    assert upstream.requests == []
+    assert "RuntimeError" in caplog.text and "Traceback" in caplog.text  # for whoever debugs it
+    assert "sk-ant-secret-in-message-0123456789" not in caplog.text

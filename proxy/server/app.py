@@ -112,6 +112,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             response = _error_response(NotFound(f"{request.method} {request.path}: method not allowed"))
         else:
             raise
+    except Exception as exc:  # a bug: still an Anthropic-shaped 500 (never aiohttp's page)
+        log.error(
+            "[error] %s %s -> 500 unexpected %s", request.method, route, type(exc).__name__,
+            exc_info=True,
+        )
+        response = _error_response(ProxyError("internal error in the proxy"))
     metrics.requests.labels(route, str(response.status)).inc()
     return response
 

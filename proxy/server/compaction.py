@@ -215,11 +215,21 @@ class CompactionService:
             calibration=ratio,
             artifact_session=artifact_session,
         )
-        offload = len(as_sent) > config.offload_bytes and not self._seen_before(
-            body["messages"], config.offload_bytes
-        )
-        await self._prefetch_plans(tenant, request.messages)
-        outcome = await self._off_loop(offload, compact, request, policy, self.counter, self.plans, tenant)
+        try:
+            offload = len(as_sent) > config.offload_bytes and not self._seen_before(
+                body["messages"], config.offload_bytes
+            )
+            await self._prefetch_plans(tenant, request.messages)
+            outcome = await self._off_loop(
+                offload, compact, request, policy, self.counter, self.plans, tenant
+            )
+        except orjson.JSONEncodeError:
+            # Valid JSON that orjson cannot write back (nested deeper than its 254 levels):
+            # it cannot be hashed or counted, so it is forwarded as it came.
+            log.warning("[compact] skipped: a message nests too deep to serialise")
+            self.metrics.compactions.labels("off").inc()
+            report = _headers(0, 0, "none", "none", "skipped", None)
+            return Prepared(as_sent, changed_by_edge, report, key, None)
         if _compacts_anew(outcome) and await self._prefetch_plans(
             tenant, request.messages, refresh=True
         ):
