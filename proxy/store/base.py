@@ -63,6 +63,7 @@ __all__ = [
     "check_keys",
     "check_plan_limit",
     "check_prefix",
+    "check_settle",
     "check_summary_claim",
     "decide_claim",
     "decide_settle",
@@ -421,6 +422,13 @@ def check_summary_claim(key: object, holder: object, seconds: object, what: str)
         errors.append(FieldError(what, "expected a positive number of seconds"))
     if errors:
         raise InvalidWrite(errors)
+
+
+def check_settle(key: object, holder: object, text: object, retry_seconds: object) -> None:
+    """``InvalidWrite`` unless ``settle_summary``'s arguments are usable."""
+    check_summary_claim(key, holder, retry_seconds, "retry_seconds")
+    if text is not None and not isinstance(text, str):
+        raise InvalidWrite([FieldError("text", "expected text or null")])
 
 
 def check_calibration(model: object, ratio: object | None = None, *, with_ratio: bool) -> None:

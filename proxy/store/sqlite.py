@@ -64,6 +64,7 @@ from proxy.store.base import (
     check_keys,
     check_plan_limit,
     check_prefix,
+    check_settle,
     check_summary_claim,
     decide_claim,
     decide_settle,
@@ -511,9 +512,7 @@ class SQLiteStore:
         self, tenant: str, key: str, holder: str, text: str | None, retry_seconds: float
     ) -> None:
         check_keys(tenant)
-        check_summary_claim(key, holder, retry_seconds, "retry_seconds")
-        if text is not None and not isinstance(text, str):
-            raise InvalidWrite([FieldError("text", "expected text or null")])
+        check_settle(key, holder, text, retry_seconds)
 
         def job(conn: sqlite3.Connection) -> None:
             with _immediate(conn):

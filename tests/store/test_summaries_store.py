@@ -118,3 +118,14 @@ def test_decisions_are_pure_and_total() -> None:
     assert decide_settle(pending, "b", "x", now, 5) is None
     assert decide_settle(pending, "a", "x", now, 5) == SummaryRow("ok", "a", now, "x")
     assert decide_settle(ok, "a", "y", now, 5) is None  # settled once
+
+
+async def test_a_bad_settle_names_its_fields_and_changes_nothing(store: Store) -> None:
+    await store.claim_summary("t", KEY, "a", 30)
+    with pytest.raises(InvalidWrite) as caught:
+        await store.settle_summary("t", KEY, "a", 123, 0)  # type: ignore[arg-type]
+    assert {e.field for e in caught.value.errors} == {"retry_seconds"}
+    with pytest.raises(InvalidWrite) as caught:
+        await store.settle_summary("t", KEY, "a", 123, 5)  # type: ignore[arg-type]
+    assert {e.field for e in caught.value.errors} == {"text"}
+    assert (await store.claim_summary("t", KEY, "b", 30)).state == "held"  # still a's lease
