@@ -166,28 +166,29 @@ def test_a_failed_summary_is_shared_not_retried_by_every_replica(
     assert "boom" not in main[0].body.decode()
 
 
+@pytest.mark.parametrize("model", ["cal-model", "vendor/cal-model"])
 def test_calibration_measured_on_one_replica_starts_the_other(
-    upstream: FakeUpstream, make_proxy: Any, store_url: str, loop_thread: LoopThread
+    upstream: FakeUpstream, make_proxy: Any, store_url: str, loop_thread: LoopThread, model: str
 ) -> None:
     a = make_proxy(store={"url": store_url})
     b = make_proxy(store={"url": store_url})
     messages = [{"role": "user", "content": "calibrate " * 200}]
-    body = orjson.dumps({"model": "cal-model", "max_tokens": 5, "messages": messages})
+    body = orjson.dumps({"model": model, "max_tokens": 5, "messages": messages})
     estimate = TokenCounter().count_request(None, None, messages).total
     upstream.script(Reply(message_json("ok", input_tokens=2 * estimate)))
     first = httpx.post(a.url + "/v1/messages", content=body, headers={"x-api-key": KEY})
     assert int(first.headers["x-compaction-tokens-before"]) == estimate
     store = b.app[STORE]
     deadline = time.monotonic() + 10
-    while loop_thread.run(store.get_calibration(DEFAULT_TENANT, "cal-model")) is None:
+    while loop_thread.run(store.get_calibration(DEFAULT_TENANT, model)) is None:
         assert time.monotonic() < deadline, "the calibration figure never reached the store"
         time.sleep(0.02)
-    assert loop_thread.run(store.get_calibration(DEFAULT_TENANT, "cal-model")) == 2.0
-    assert loop_thread.run(store.get_calibration("another-tenant", "cal-model")) is None
+    assert loop_thread.run(store.get_calibration(DEFAULT_TENANT, model)) == 2.0
+    assert loop_thread.run(store.get_calibration("another-tenant", model)) is None
 
     on_b = httpx.post(b.url + "/v1/messages", content=body, headers={"x-api-key": KEY})
     assert int(on_b.headers["x-compaction-tokens-before"]) == 2 * estimate  # B's first request
-    other_model = httpx.post(b.url + "/v1/messages", content=body.replace(b"cal-model", b"other"), headers={"x-api-key": KEY})
+    other_model = httpx.post(b.url + "/v1/messages", content=body.replace(model.encode(), b"other"), headers={"x-api-key": KEY})
     assert int(other_model.headers["x-compaction-tokens-before"]) == estimate
 
 

@@ -152,7 +152,8 @@ class CompactionService:
         # summary leases: one holder id per call (two requests of this process may race too)
         self._holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._claims = itertools.count(1)
-        self._calibration_read: set[str] = set()
+        # calibration keys ("tenant/model") this process has looked up: their tenant and model
+        self._calibration_read: dict[str, tuple[str, str]] = {}
         self._calibration_written: dict[str, float] = {}
         self._writes: set[asyncio.Task[None]] = set()
         self._client = anthropic.AsyncAnthropic(
@@ -430,7 +431,7 @@ class CompactionService:
         figure other replicas measured (the store) is the starting point."""
         store = self.store
         if store is not None and key not in self._calibration_read:
-            self._calibration_read.add(key)
+            self._calibration_read[key] = (tenant, model)
             if not self.calibration.known(key):
                 try:
                     stored = await store.get_calibration(tenant, model)
@@ -469,7 +470,8 @@ class CompactionService:
             return
         self.calibration.observe(key, estimate, real)
         store = self.store
-        if store is None:
+        parts = self._calibration_read.get(key)
+        if store is None or parts is None:
             return
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -478,7 +480,7 @@ class CompactionService:
         ):
             return
         self._calibration_written[key] = now
-        tenant, _, model = key.partition("/")
+        tenant, model = parts
         self._background(self._write_calibration(store, tenant, model, key))
 
     def _background(self, work: Coroutine[Any, Any, object]) -> None:
