@@ -34,25 +34,20 @@ Behaviour mirrors :mod:`proxy.store.sqlite` (the reference); what differs is how
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import asyncpg
 import orjson
 
 from proxy.core.durable import (
-    EMPTY_STATE,
     Change,
     ChangeEvent,
     DurableState,
     FieldError,
     InvalidWrite,
     apply,
-    change_from_json,
-    change_to_json,
     prepare_changes,
 )
 from proxy.store.base import (
@@ -84,6 +79,7 @@ from proxy.store.base import (
     encode_manifest,
     encode_plan,
 )
+from proxy.store.folding import StateCache, change_rows, decode_change, now_iso
 from proxy.store.migrations import MIGRATIONS, SchemaTooNew
 from proxy.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, MAX_EVENT_LIMIT
 
@@ -106,7 +102,6 @@ DEFAULT_POOL_MAX_SIZE = 10
 MAX_BIGINT = 2**63 - 1
 # pg_advisory_xact_lock key for migrations: b"ctxproxy" as a big-endian signed 64-bit integer.
 MIGRATION_LOCK_KEY = int.from_bytes(b"ctxproxy", "big", signed=True)
-_STATE_CACHE_SESSIONS = 512
 _EVENT_ID_KEY = "transcript_events_event_id_key"
 
 # Everything that means "the database could not do it" (server errors not handled where they
@@ -227,10 +222,6 @@ def _pg_migrations() -> tuple[PgMigration, ...]:
 PG_MIGRATIONS = _pg_migrations()
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
 def _describe(exc: BaseException) -> str:
     """The error's class and SQLSTATE: never its message (it may name a host, a key or data)."""
     sqlstate = getattr(exc, "sqlstate", None)
@@ -268,7 +259,7 @@ async def _locked_summary(conn: Any, tenant: str, key: str) -> tuple[SummaryRow 
         " ON CONFLICT (tenant, summary_key) DO NOTHING",
         tenant,
         key,
-        _now(),
+        now_iso(),
     )
     row = await conn.fetchrow(
         "SELECT state, holder, expires_at, summary, extract(epoch FROM clock_timestamp()) AS now"
@@ -295,7 +286,7 @@ async def _write_summary(conn: Any, tenant: str, key: str, row: SummaryRow) -> N
         row.holder,
         row.expires_at,
         row.text,
-        _now(),
+        now_iso(),
     )
 
 
@@ -321,11 +312,7 @@ async def _history_rows(
         after_seq,
     )
     return [
-        (
-            int(row["seq"]),
-            str(row["recorded_at"]),
-            ChangeEvent(int(row["version"]), change_from_json(orjson.loads(row["body"]))),
-        )
+        (int(row["seq"]), str(row["recorded_at"]), decode_change(row["version"], row["body"]))
         for row in rows
     ]
 
@@ -410,7 +397,7 @@ class PostgresStore:
         self._pool = pool
         self._closed = False
         # (tenant, session) -> (last folded seq, state): the newest fold seen by this store.
-        self._states: OrderedDict[tuple[str, str], tuple[int, DurableState]] = OrderedDict()
+        self._states = StateCache()
 
     @classmethod
     async def open(
@@ -443,7 +430,7 @@ class PostgresStore:
                     url, {**settings, "synchronous_commit": "on"}, min_size, max_size
                 )
             async with pool.acquire(timeout=CONNECT_TIMEOUT_SECONDS) as conn:
-                await _migrate(conn, _now)
+                await _migrate(conn, now_iso)
         except _UNAVAILABLE as exc:
             pool.terminate()
             raise StoreUnavailable(f"cannot open the store ({_describe(exc)})") from None
@@ -468,21 +455,9 @@ class PostgresStore:
 
     async def _state(self, conn: Any, tenant: str, session: str) -> tuple[int, DurableState]:
         """The session's folded state and the last ``seq`` folded into it."""
-        seq, state = self._states.get((tenant, session), (0, EMPTY_STATE))
-        rows = await _history_rows(conn, tenant, session, seq)
-        if rows:
-            seq, state = rows[-1][0], apply((event for _, _, event in rows), state)
-        self._remember((tenant, session), seq, state)
-        return seq, state
-
-    def _remember(self, key: tuple[str, str], seq: int, state: DurableState) -> None:
-        # Tasks of this store interleave: keep the newest fold (the history only grows).
-        if seq == 0 or self._states.get(key, (0, EMPTY_STATE))[0] > seq:
-            return
-        self._states[key] = (seq, state)
-        self._states.move_to_end(key)
-        while len(self._states) > _STATE_CACHE_SESSIONS:
-            self._states.popitem(last=False)
+        base = self._states.get(tenant, session)
+        rows = await _history_rows(conn, tenant, session, base[0])
+        return self._states.fold(tenant, session, base, rows)
 
     # -- durable state ----------------------------------------------------------------------------
 
@@ -494,29 +469,16 @@ class PostgresStore:
 
         async def job(conn: Any) -> tuple[int, ...]:
             async with conn.transaction():
-                now = _now()
+                now = now_iso()
                 await _touch_session(conn, tenant, session, now)  # the session's lock
                 seq, state = await self._state(conn, tenant, session)
                 events = prepare_changes(state, changes)
                 await conn.executemany(
                     "INSERT INTO durable_changes (tenant, session, seq, kind, item_id, version,"
                     " op, body, recorded_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    [
-                        (
-                            tenant,
-                            session,
-                            seq + n,
-                            e.kind,
-                            e.item_id,
-                            e.version,
-                            e.op,
-                            orjson.dumps(change_to_json(e.change)).decode(),
-                            now,
-                        )
-                        for n, e in enumerate(events, start=1)
-                    ],
+                    change_rows(tenant, session, seq, events, now),
                 )
-            self._remember((tenant, session), seq + len(events), apply(events, state))
+            self._states.remember(tenant, session, seq + len(events), apply(events, state))
             return tuple(e.version for e in events)
 
         return await self._run(job)
@@ -567,7 +529,7 @@ class PostgresStore:
 
         async def job(conn: Any) -> int:
             async with conn.transaction():
-                await _touch_session(conn, tenant, session, _now())  # the session's lock
+                await _touch_session(conn, tenant, session, now_iso())  # the session's lock
                 head = await conn.fetchrow(
                     "SELECT last_seq, prefix_count, prefix_hash FROM transcript_heads"
                     " WHERE tenant = $1 AND session = $2",
@@ -683,7 +645,7 @@ class PostgresStore:
 
         async def job(conn: Any) -> None:
             async with conn.transaction():
-                now = _now()
+                now = now_iso()
                 # Waits for a concurrent insert of the same id to commit or roll back.
                 inserted = await conn.fetchval(
                     "INSERT INTO manifests (tenant, compaction_id, session, manifest, stored_at)"
@@ -750,7 +712,7 @@ class PostgresStore:
                     anchor,
                     prefix_len,
                     text,
-                    _now(),
+                    now_iso(),
                 )
                 stored = await conn.fetchval(
                     "SELECT plan_json FROM plans WHERE tenant = $1 AND prefix_hash = $2",
@@ -830,7 +792,7 @@ class PostgresStore:
                 tenant,
                 model,
                 float(ratio),
-                _now(),
+                now_iso(),
             )
 
         await self._run(job)

@@ -21,26 +21,21 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
 
 from proxy.core.durable import (
-    EMPTY_STATE,
     Change,
     ChangeEvent,
     DurableState,
     FieldError,
     InvalidWrite,
     apply,
-    change_from_json,
-    change_to_json,
     prepare_changes,
 )
 from proxy.store.base import (
@@ -72,6 +67,7 @@ from proxy.store.base import (
     encode_manifest,
     encode_plan,
 )
+from proxy.store.folding import StateCache, change_rows, decode_change, now_iso
 from proxy.store.migrations import migrate
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "SQLiteStore"]
@@ -81,11 +77,6 @@ T = TypeVar("T")
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 MAX_EVENT_LIMIT = 10_000
 PING_TIMEOUT_SECONDS = 5.0
-_STATE_CACHE_SESSIONS = 512
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 @contextmanager
@@ -128,7 +119,7 @@ def _write_summary(conn: sqlite3.Connection, tenant: str, key: str, row: Summary
         " SET state = excluded.state, holder = excluded.holder,"
         " expires_at = excluded.expires_at, summary = excluded.summary,"
         " updated_at = excluded.updated_at",
-        (tenant, key, row.state, row.holder, row.expires_at, row.text, _now()),
+        (tenant, key, row.state, row.holder, row.expires_at, row.text, now_iso()),
     )
 
 
@@ -140,10 +131,7 @@ def _history_rows(
         " WHERE tenant = ? AND session = ? AND seq > ? ORDER BY seq",
         (tenant, session, after_seq),
     ).fetchall()
-    return [
-        (seq, recorded_at, ChangeEvent(version, change_from_json(orjson.loads(body))))
-        for seq, recorded_at, version, body in rows
-    ]
+    return [(seq, at, decode_change(version, body)) for seq, at, version, body in rows]
 
 
 def _event_from_row(session: str, row: tuple[Any, ...]) -> RecordedEvent:
@@ -164,7 +152,7 @@ class SQLiteStore:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         # (tenant, session) -> (last folded seq, state); used only in the worker thread.
-        self._states: OrderedDict[tuple[str, str], tuple[int, DurableState]] = OrderedDict()
+        self._states = StateCache()
 
     @classmethod
     async def open(
@@ -201,7 +189,7 @@ class SQLiteStore:
                 raise StoreUnavailable("the store's file system does not support WAL mode")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
-            migrate(conn, _now)
+            migrate(conn, now_iso)
         except sqlite3.Error as exc:
             conn.close()
             raise StoreUnavailable(f"cannot open the store ({exc.sqlite_errorname})") from None
@@ -234,21 +222,9 @@ class SQLiteStore:
         self, conn: sqlite3.Connection, tenant: str, session: str
     ) -> tuple[int, DurableState]:
         """The session's folded state and the last ``seq`` folded into it (worker thread only)."""
-        key = (tenant, session)
-        seq, state = self._states.get(key, (0, EMPTY_STATE))
-        rows = _history_rows(conn, tenant, session, seq)
-        if rows:
-            seq, state = rows[-1][0], apply((event for _, _, event in rows), state)
-        self._remember(key, seq, state)
-        return seq, state
-
-    def _remember(self, key: tuple[str, str], seq: int, state: DurableState) -> None:
-        if seq == 0:
-            return
-        self._states[key] = (seq, state)
-        self._states.move_to_end(key)
-        while len(self._states) > _STATE_CACHE_SESSIONS:
-            self._states.popitem(last=False)
+        base = self._states.get(tenant, session)
+        rows = _history_rows(conn, tenant, session, base[0])
+        return self._states.fold(tenant, session, base, rows)
 
     # -- durable state ----------------------------------------------------------------------------
 
@@ -262,27 +238,14 @@ class SQLiteStore:
             with _immediate(conn):
                 seq, state = self._state(conn, tenant, session)
                 events = prepare_changes(state, changes)
-                now = _now()
+                now = now_iso()
                 conn.executemany(
                     "INSERT INTO durable_changes (tenant, session, seq, kind, item_id, version,"
                     " op, body, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (
-                            tenant,
-                            session,
-                            seq + n,
-                            e.kind,
-                            e.item_id,
-                            e.version,
-                            e.op,
-                            orjson.dumps(change_to_json(e.change)).decode(),
-                            now,
-                        )
-                        for n, e in enumerate(events, start=1)
-                    ],
+                    change_rows(tenant, session, seq, events, now),
                 )
                 _touch_session(conn, tenant, session, now)
-            self._remember((tenant, session), seq + len(events), apply(events, state))
+            self._states.remember(tenant, session, seq + len(events), apply(events, state))
             return tuple(e.version for e in events)
 
         return await self._run(job)
@@ -362,7 +325,7 @@ class SQLiteStore:
                     " prefix_hash = excluded.prefix_hash",
                     (tenant, session, last_seq + len(events), prefix_count, prefix_hash),
                 )
-                _touch_session(conn, tenant, session, _now())
+                _touch_session(conn, tenant, session, now_iso())
             return last_seq + 1
 
         return await self._run(job)
@@ -427,7 +390,7 @@ class SQLiteStore:
                             "another manifest is stored under this compaction id"
                         )
                     return
-                now = _now()
+                now = now_iso()
                 conn.execute(
                     "INSERT INTO manifests (tenant, compaction_id, session, manifest, stored_at)"
                     " VALUES (?, ?, ?, ?, ?)",
@@ -463,7 +426,7 @@ class SQLiteStore:
                 conn.execute(
                     "INSERT OR IGNORE INTO plans (tenant, prefix_hash, anchor, prefix_len,"
                     " plan_json, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                    (tenant, prefix_hash, anchor, prefix_len, text, _now()),
+                    (tenant, prefix_hash, anchor, prefix_len, text, now_iso()),
                 )
                 row = conn.execute(
                     "SELECT plan_json FROM plans WHERE tenant = ? AND prefix_hash = ?",
@@ -533,7 +496,7 @@ class SQLiteStore:
                     "INSERT INTO calibration (tenant, model, ratio, updated_at)"
                     " VALUES (?, ?, ?, ?) ON CONFLICT (tenant, model) DO UPDATE"
                     " SET ratio = excluded.ratio, updated_at = excluded.updated_at",
-                    (tenant, model, float(ratio), _now()),
+                    (tenant, model, float(ratio), now_iso()),
                 )
 
         await self._run(job)

@@ -1,0 +1,102 @@
+"""Durable history as both backends store it, and the folded state they keep of it (pure).
+
+A session's durable state is the fold of its append-only history (``proxy.core.durable.apply``).
+Each backend keeps the fold of recently used sessions in a :class:`StateCache` and reads only
+the history rows after the last ``seq`` it folded. Rows are written and read the same way on
+SQLite and PostgreSQL: :func:`change_rows` and :func:`decode_change`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+import orjson
+
+from proxy.core.durable import (
+    EMPTY_STATE,
+    ChangeEvent,
+    DurableState,
+    apply,
+    change_from_json,
+    change_to_json,
+)
+
+__all__ = ["StateCache", "change_rows", "decode_change", "now_iso"]
+
+HistoryRow = tuple[int, str, ChangeEvent]  # seq, recorded_at, event
+
+
+def now_iso() -> str:
+    """The time a row is recorded at: ISO 8601, UTC, microseconds."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def decode_change(version: int, body: str | bytes) -> ChangeEvent:
+    """A ``durable_changes`` row's event, from its ``version`` and JSON ``body``."""
+    return ChangeEvent(int(version), change_from_json(orjson.loads(body)))
+
+
+def change_rows(
+    tenant: str, session: str, seq: int, events: Sequence[ChangeEvent], now: str
+) -> list[tuple[str, str, int, str, str, int, str, str, str]]:
+    """The ``durable_changes`` rows of ``events`` appended after ``seq``, in column order:
+    tenant, session, seq, kind, item_id, version, op, body, recorded_at."""
+    return [
+        (
+            tenant,
+            session,
+            seq + n,
+            e.kind,
+            e.item_id,
+            e.version,
+            e.op,
+            orjson.dumps(change_to_json(e.change)).decode(),
+            now,
+        )
+        for n, e in enumerate(events, start=1)
+    ]
+
+
+class StateCache:
+    """The folded state of the ``sessions`` most recently used sessions, with the last ``seq``
+    folded into each. Not locked: one thread (SQLite's worker) or one event loop (PostgreSQL)."""
+
+    def __init__(self, sessions: int = 512) -> None:
+        self._sessions = sessions
+        self._states: OrderedDict[tuple[str, str], tuple[int, DurableState]] = OrderedDict()
+
+    def get(self, tenant: str, session: str) -> tuple[int, DurableState]:
+        """The cached fold: the last ``seq`` folded and the state (``0``: nothing cached)."""
+        return self._states.get((tenant, session), (0, EMPTY_STATE))
+
+    def fold(
+        self,
+        tenant: str,
+        session: str,
+        base: tuple[int, DurableState],
+        rows: Iterable[HistoryRow],
+    ) -> tuple[int, DurableState]:
+        """``base`` (what ``get`` gave before the rows were read: another call may have cached a
+        newer fold since) with ``rows``, the history after its ``seq``, folded in; remembered."""
+        seq, state = base
+        rows = list(rows)
+        if rows:
+            seq, state = rows[-1][0], apply((event for _, _, event in rows), state)
+        self.remember(tenant, session, seq, state)
+        return seq, state
+
+    def remember(self, tenant: str, session: str, seq: int, state: DurableState) -> None:
+        """Keep ``state`` as the fold up to ``seq`` unless a newer fold is kept (calls of one
+        store interleave; the history only grows)."""
+        key = (tenant, session)
+        if seq == 0 or self._states.get(key, (0, EMPTY_STATE))[0] > seq:
+            return
+        self._states[key] = (seq, state)
+        self._states.move_to_end(key)
+        while len(self._states) > self._sessions:
+            self._states.popitem(last=False)
+
+    def clear(self) -> None:
+        self._states.clear()
