@@ -22,6 +22,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,8 +53,10 @@ class Acked:
             raise AssertionError(f"unexpected writer output {line!r}")
 
 
-def run_and_kill(url: str, run: int, rng: random.Random, stderr_path: Path) -> list[str]:
-    """Start the writer, SIGKILL it at a random moment, return its complete output lines."""
+@contextmanager
+def writer_process(url: str, run: int, stderr_path: Path) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """The crash writer (``tests.store.crash_writer``) running on ``url``, and the complete lines
+    it has printed so far (each an acknowledged write); killed and reaped on the way out."""
     lines: list[str] = []
     with stderr_path.open("wb") as stderr:
         proc = subprocess.Popen(
@@ -74,23 +78,32 @@ def run_and_kill(url: str, run: int, rng: random.Random, stderr_path: Path) -> l
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         try:
-            if rng.random() < 0.3:
-                time.sleep(rng.uniform(0.0, 0.5))  # maybe while importing, opening, migrating
-            else:
-                target = rng.randint(1, 60)
-                deadline = time.monotonic() + 30
-                while len(lines) < target and proc.poll() is None:
-                    assert time.monotonic() < deadline, "the writer makes no progress"
-                    time.sleep(0.002)
-                time.sleep(rng.uniform(0.0, 0.01))
-            proc.send_signal(signal.SIGKILL)
-            returncode = proc.wait(10)
+            yield proc, lines
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
             reader.join(10)
             stdout.close()
+
+
+def wait_for_lines(proc: subprocess.Popen[str], lines: list[str], target: int) -> None:
+    deadline = time.monotonic() + 30
+    while len(lines) < target and proc.poll() is None:
+        assert time.monotonic() < deadline, "the writer makes no progress"
+        time.sleep(0.002)
+
+
+def run_and_kill(url: str, run: int, rng: random.Random, stderr_path: Path) -> list[str]:
+    """Start the writer, SIGKILL it at a random moment, return its complete output lines."""
+    with writer_process(url, run, stderr_path) as (proc, lines):
+        if rng.random() < 0.3:
+            time.sleep(rng.uniform(0.0, 0.5))  # maybe while importing, opening, migrating
+        else:
+            wait_for_lines(proc, lines, rng.randint(1, 60))
+            time.sleep(rng.uniform(0.0, 0.01))
+        proc.send_signal(signal.SIGKILL)
+        returncode = proc.wait(10)
     errors = stderr_path.read_text(errors="replace")
     assert returncode == -signal.SIGKILL, f"the writer stopped by itself:\n{errors}"
     return lines

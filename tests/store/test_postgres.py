@@ -8,11 +8,7 @@ schema; the server-crash test makes its own throwaway cluster.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -32,7 +28,13 @@ from proxy.store import (
 from proxy.store.migrations import MIGRATIONS
 from proxy.store.postgres import PG_MIGRATIONS
 from tests.pg_server import PrivateServer, fresh_schema, index_problems, server_url
-from tests.store.test_crash_safety import REPO, Acked, run_and_kill, verify
+from tests.store.test_crash_safety import (
+    Acked,
+    run_and_kill,
+    verify,
+    wait_for_lines,
+    writer_process,
+)
 
 T0 = "2025-03-01T10:00:00Z"
 
@@ -270,42 +272,12 @@ def run_until_server_crash(
     server: PrivateServer, url: str, run: int, rng: random.Random, stderr_path: Path
 ) -> list[str]:
     """Start the writer, crash the server under it, return the writes it acknowledged."""
-    lines: list[str] = []
-    with stderr_path.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.store.crash_writer", url, str(run)],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-        )
-        assert proc.stdout is not None
-        stdout = proc.stdout
-
-        def read() -> None:
-            for line in stdout:
-                if line.endswith("\n"):
-                    lines.append(line.rstrip("\n"))
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        try:
-            target = rng.randint(1, 60)
-            deadline = time.monotonic() + 30
-            while len(lines) < target and proc.poll() is None:
-                assert time.monotonic() < deadline, "the writer makes no progress"
-                time.sleep(0.002)
-            time.sleep(rng.uniform(0.0, 0.01))
-            assert proc.poll() is None, "the writer stopped by itself"
-            server.crash()
-            returncode = proc.wait(30)  # the writer fails by itself: StoreUnavailable
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-            reader.join(10)
-            stdout.close()
+    with writer_process(url, run, stderr_path) as (proc, lines):
+        wait_for_lines(proc, lines, rng.randint(1, 60))
+        time.sleep(rng.uniform(0.0, 0.01))
+        assert proc.poll() is None, "the writer stopped by itself"
+        server.crash()
+        returncode = proc.wait(30)  # the writer fails by itself: StoreUnavailable
     errors = stderr_path.read_text(errors="replace")
     assert returncode == 1 and "StoreUnavailable" in errors, errors
     return lines
