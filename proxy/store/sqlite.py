@@ -184,12 +184,20 @@ class SQLiteStore:
             raise StoreUnavailable(f"cannot open the store ({exc.sqlite_errorname})") from None
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-            (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-            if str(mode).lower() != "wal":
-                raise StoreUnavailable("the store's file system does not support WAL mode")
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            migrate(conn, now_iso)
+            # Switching a new file to WAL answers SQLITE_BUSY at once, without waiting, while
+            # another process does the same (several replicas starting on one new file): retry
+            # for as long as the busy timeout. Migrating is one transaction, so retrying is safe.
+            deadline = time.monotonic() + self._busy_timeout_ms / 1000
+            pause = 0.005
+            while True:
+                try:
+                    self._prepare(conn)
+                    break
+                except sqlite3.OperationalError as exc:
+                    if exc.sqlite_errorname != "SQLITE_BUSY" or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.1)
         except sqlite3.Error as exc:
             conn.close()
             raise StoreUnavailable(f"cannot open the store ({exc.sqlite_errorname})") from None
@@ -197,6 +205,15 @@ class SQLiteStore:
             conn.close()
             raise
         self._conn = conn
+
+    @staticmethod
+    def _prepare(conn: sqlite3.Connection) -> None:
+        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        if str(mode).lower() != "wal":
+            raise StoreUnavailable("the store's file system does not support WAL mode")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        migrate(conn, now_iso)
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._conn
