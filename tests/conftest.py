@@ -28,8 +28,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def transcript() -> dict[str, Any]:
     """The real Claude Code conversation in Messages format (read-only: tests slice it)."""
-    if not CC_TRANSCRIPT.exists():
-        pytest.skip(f"shared transcripts not found at {CC_TRANSCRIPT}")
     return orjson.loads(CC_TRANSCRIPT.read_bytes())  # type: ignore[no-any-return]
 
 

@@ -35,15 +35,11 @@ from proxy.replay.runner import (
     shared_prefix_tokens,
     with_overrides,
 )
-from tests.shared_data import DATA as SHARED_DATA
+from tests.shared_data import CC_SESSION_FILE, CC_TRANSCRIPT
 from tests.upstream import FakeUpstream, Reply
 
-DATA = SHARED_DATA
-TRANSCRIPT = DATA / "transcripts" / "cc_mclaude_3af9b1a7_with_autocompact_full.json"
-RAW = DATA / "claude-code-sessions" / "3af9b1a7-6512-4883-ad18-320658ced099.jsonl"
-needs_data = pytest.mark.skipif(
-    not (TRANSCRIPT.exists() and RAW.exists()), reason="shared transcripts not available"
-)
+TRANSCRIPT = CC_TRANSCRIPT
+RAW = CC_SESSION_FILE
 
 POLICY = CompactionPolicy(threshold=40_000, hard_limit=120_000)
 
@@ -175,7 +171,6 @@ def test_repair_messages() -> None:
     assert again == out and none == {}
 
 
-@needs_data
 def test_messages_json_reader_keeps_the_transcript_as_it_is() -> None:
     conv = load_conversation(TRANSCRIPT)
     data = orjson.loads(TRANSCRIPT.read_bytes())
@@ -189,7 +184,6 @@ def test_messages_json_reader_keeps_the_transcript_as_it_is() -> None:
     assert conv.source_context[197] == 32_473
 
 
-@needs_data
 def test_raw_session_reads_like_its_published_transcript() -> None:
     """The reader on the raw .jsonl gives the published transcript's conversation.
 
@@ -239,7 +233,6 @@ def transcript_replay(counter: TokenCounter) -> ReplayResult:
     )
 
 
-@needs_data
 def test_replay_of_the_transcript(transcript_replay: ReplayResult) -> None:
     result = transcript_replay
     conv = result.conversation
@@ -266,7 +259,6 @@ def test_replay_of_the_transcript(transcript_replay: ReplayResult) -> None:
     assert "prefix-stable share" in text and "COMPACTED" in text
 
 
-@needs_data
 def test_replay_of_the_raw_session(counter: TokenCounter) -> None:
     conv = load_conversation(RAW)
     summaries: list[str] = []
@@ -396,7 +388,6 @@ def test_upstream_summaries_make_the_edges_call(upstream: FakeUpstream) -> None:
     assert summarise.failures == ["InternalServerError"]
 
 
-@needs_data
 def test_replay_with_upstream_summaries(upstream: FakeUpstream, counter: TokenCounter) -> None:
     summarise = UpstreamSummariser(upstream.url, "sk-ant-replay-test", SummaryConfig(max_retries=0))
     try:
@@ -429,7 +420,6 @@ def _cli(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Complet
     )
 
 
-@needs_data
 def test_cli_replay_writes_the_figures(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     proc = _cli(str(TRANSCRIPT), "--threshold", "40000", "--json", str(out), "--no-progress")
@@ -447,7 +437,6 @@ def test_cli_replay_writes_the_figures(tmp_path: Path) -> None:
     assert data["reader"]["client_compactions"][0]["message_index"] == 197
 
 
-@needs_data
 def test_cli_replay_of_the_raw_session_with_a_plot(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     png = tmp_path / "tokens.png"
