@@ -4,6 +4,7 @@ processes they describe run directly."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -191,3 +192,30 @@ def test_dockerfile_installs_the_package_and_its_config() -> None:
     assert 'CMD ["context-proxy", "serve"]' in lines
     assert f"ENV CONTEXT_PROXY_CONFIG={IMAGE_CONFIG}" in lines
     assert "VOLUME /var/lib/context-proxy" in lines
+
+
+def test_the_test_fixtures_ship_with_the_repository() -> None:
+    """A fresh clone with nothing beside it must pass: every fixture lives under tests/data, with
+    the licence notice of each shipped file (CC0 / MIT)."""
+    from tests import shared_data
+
+    data = ROOT / "tests" / "data"
+    if not os.environ.get("CONTEXT_PROXY_SHARED"):
+        assert shared_data.DATA == data
+    for path in (
+        shared_data.CC_TRANSCRIPT,
+        shared_data.CC_SESSION_FILE,
+        shared_data.TRAVERSAL_PAYLOADS,
+    ):
+        assert path.is_file(), path
+    licences = {p.name for p in (data / "transcripts" / "LICENSES").iterdir()}
+    assert {"M-Claude_CC0-1.0.txt", "SWE-agent_MIT.txt", "tau-bench_MIT.txt"} <= licences
+    assert (data / "claude-code-sessions" / "M-Claude_CC0-1.0.txt").is_file()
+    tracked = ROOT / "tests"
+    offenders = [
+        p
+        for p in tracked.rglob("*.py")
+        if p != Path(__file__).resolve()
+        and ("../shared" in p.read_text() or 'parents[2] / "shared"' in p.read_text())
+    ]
+    assert offenders == []
