@@ -31,6 +31,7 @@ class Metrics:
     upstream_errors: Counter
     compactions: Counter
     summaries: Counter
+    calibration_samples: Counter
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
@@ -89,6 +90,13 @@ def new_metrics() -> Metrics:
             "context_proxy_compactions",
             "Compaction outcomes on /v1/messages, by plan status (new, reused, none, deferred, off).",
             ["plan"],
+            registry=registry,
+        ),
+        calibration_samples=Counter(
+            "context_proxy_calibration_samples",
+            "Provider usage figures offered to calibration: used, or discarded (real/estimate"
+            " outside [1/4, 4]: implausible, not learnt from).",
+            ["outcome"],
             registry=registry,
         ),
     )
