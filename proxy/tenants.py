@@ -37,6 +37,7 @@ from proxy.config import (
     CompactionConfig,
     Config,
     ConfigError,
+    bounded_lines,
     build_section,
     check_compaction,
     read_yaml,
@@ -263,7 +264,7 @@ class PolicyError(ConfigError):
 
     def __init__(self, source: str, lines: list[str]) -> None:
         super().__init__(source, lines)
-        self.args = ("\n".join(lines),)
+        self.args = (bounded_lines(lines),)
 
 
 def load_tenancy(

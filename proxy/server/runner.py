@@ -71,7 +71,7 @@ async def serve(config: Config, stop: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reload_policies, app, config)
+    loop.add_signal_handler(signal.SIGHUP, schedule_reload, app, config)
     for host, port, *_ in (a for a in runner.addresses if isinstance(a, tuple)):
         log.info("listening on http://%s:%d upstream=%s", host, port, config.upstream.base_url)
     try:
@@ -98,9 +98,20 @@ def tune_interpreter() -> None:
     sys.setswitchinterval(0.001)
 
 
+_RELOADS: set[asyncio.Task[None]] = set()
+
+
+def schedule_reload(app: web.Application, config: Config) -> None:
+    """SIGHUP: :func:`reload_policies` in a worker thread (reading and validating files never
+    stalls the loop, whatever is in them)."""
+    task = asyncio.get_running_loop().create_task(asyncio.to_thread(reload_policies, app, config))
+    _RELOADS.add(task)
+    task.add_done_callback(_RELOADS.discard)
+
+
 def reload_policies(app: web.Application, config: Config) -> None:
-    """SIGHUP: validate the tenant policies again and swap them in at once; requests in flight
-    keep the tenant they started with. An invalid set is reported and the previous one kept."""
+    """Validate the tenant policies again and swap them in at once; requests in flight keep the
+    tenant they started with. An invalid set is reported and the previous one kept."""
     try:
         tenancy = load_tenancy(config)
     except ConfigError as exc:
