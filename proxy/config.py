@@ -147,6 +147,14 @@ class LimitsConfig:
     max_body_bytes: int = field(default=32 * 1024 * 1024, metadata=_check(_positive))
     # Requests handled at once; beyond it the proxy answers 529 overloaded_error.
     max_concurrent_requests: int = field(default=4096, metadata=_check(_positive))
+    # Slow and idle clients (proxy/server/connections.py): seconds to receive a complete request
+    # head; longest silence while reading a body; keep-alive between requests; open client
+    # connections (beyond it the longest-waiting connection without a request in progress is
+    # closed, else the new one).
+    header_timeout: float = field(default=10.0, metadata=_check(_positive))
+    body_timeout: float = field(default=30.0, metadata=_check(_positive))
+    idle_timeout: float = field(default=75.0, metadata=_check(_positive))
+    max_connections: int = field(default=10_000, metadata=_check(_positive))
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +211,8 @@ class CompactionConfig:
 @dataclass(frozen=True, slots=True)
 class LoggingConfig:
     level: str = "INFO"
+    # text, or json: one JSON object per line (proxy/log_format.py)
+    format: str = "text"
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +256,7 @@ _EXTRA_CHECKS: dict[tuple[type, str], Any] = {
     (LoggingConfig, "level"): lambda v: None
     if v.upper() in ("DEBUG", "INFO", "WARNING", "ERROR")
     else "one of DEBUG, INFO, WARNING, ERROR",
+    (LoggingConfig, "format"): lambda v: None if v in ("text", "json") else "one of text, json",
 }
 
 
