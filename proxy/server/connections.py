@@ -72,6 +72,7 @@ class GuardedHandler(RequestHandler):
     head_since: float | None  # a request head is being received since (None: not waiting)
     head_bytes: bool  # part of that head has arrived
     last_data: float
+    malformed = False  # the answer being sent is for a malformed request
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         now = self._loop.time()
@@ -84,6 +85,14 @@ class GuardedHandler(RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         self.guard.closed(self)
         super().connection_lost(exc)
+
+    def log_access(
+        self, request: BaseRequest, response: web.StreamResponse, time: float | None
+    ) -> None:
+        if self.malformed:  # already logged, as one rate-limited line
+            self.malformed = False
+            return
+        super().log_access(request, response, time)
 
     def busy(self) -> bool:
         """A request is queued or being answered."""
@@ -119,6 +128,7 @@ class GuardedHandler(RequestHandler):
         """A request aiohttp could not parse: one line in the log, an Anthropic-shaped 400."""
         if not 400 <= status < 500:
             return super().handle_error(request, status, exc, message)
+        self.malformed = True
         what = type(exc).__name__ if exc is not None else "BadHttpMessage"
         detail = getattr(exc, "message", None) or message or ""
         self.guard.note(
