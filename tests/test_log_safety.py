@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -14,7 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.log_format import RepeatLimiter, escape
+from proxy.log_format import JsonFormatter, RepeatLimiter, TextFormatter, escape
+from proxy.redact import RedactingFilter
 from tests.harness import ListeningProcess
 from tests.upstream import FakeUpstream
 
@@ -157,3 +159,36 @@ def test_json_log_lines(tmp_path: Path, upstream: FakeUpstream) -> None:
     access = [e for e in entries if e["logger"] == "context_proxy.access"]
     assert access and "\\x0a2026-12-02" in access[0]["message"] and "\x1b" not in access[0]["message"]
     assert any("malformed request" in e["message"] for e in entries)
+
+
+def _formatted(formatter: logging.Formatter, message: str, *args: Any, exc: BaseException | None = None) -> str:
+    record = logging.LogRecord("context_proxy.test", logging.ERROR, __file__, 1, message, args, None)
+    if exc is not None:
+        record.exc_info = (type(exc), exc, exc.__traceback__)
+    RedactingFilter().filter(record)  # as ``serve`` installs it
+    return formatter.format(record)
+
+
+def test_text_lines_keep_tracebacks_apart_and_unforgeable() -> None:
+    forged = "boom\n2026-12-02 18:00:00,000 WARNING forged\x1b[2J"
+    try:
+        raise ValueError(forged + " sk-ant-abcdefgh12345")
+    except ValueError as err:
+        out = _formatted(TextFormatter(), "failed for %s", forged, exc=err)
+    first, *rest = out.split("\n")
+    assert first.endswith("failed for boom\\x0a2026-12-02 18:00:00,000 WARNING forged\\x1b[2J")
+    assert rest and all(line.startswith("    | ") for line in rest), rest
+    assert any("Traceback" in line for line in rest)
+    assert "\x1b" not in out and "sk-ant-abcdefgh12345" not in out
+
+
+def test_json_lines_carry_the_traceback_as_a_field() -> None:
+    try:
+        raise ValueError("bad\nthing")
+    except ValueError as err:
+        out = _formatted(JsonFormatter(), "x %s", "a\u2028b", exc=err)
+    assert "\n" not in out
+    entry = orjson.loads(out)
+    assert entry["message"] == "x a\\u2028b"
+    assert entry["level"] == "ERROR" and entry["logger"] == "context_proxy.test"
+    assert "Traceback" in entry["exc"] and "ValueError: bad\nthing" in entry["exc"]
