@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from collections.abc import Sequence
 
-from proxy import admin_cli, redact
+from proxy import admin_cli, log_format
 from proxy.config import ConfigError, config_path_from_env, load_config
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    redact.install()
+def _setup_logging(level: str, fmt: str = "text") -> None:
+    log_format.setup(level, fmt)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -30,7 +24,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
     config = config.with_listen(args.host, args.port)
-    _setup_logging(config.logging.level)
+    _setup_logging(config.logging.level, config.logging.format)
     try:
         asyncio.run(serve(config))
     except ConfigError as exc:  # invalid tenant policies: refuse to start

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import reprlib
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,13 +25,73 @@ ENV_CONFIG = "CONTEXT_PROXY_CONFIG"
 _T = TypeVar("_T")
 
 
+# Config and policy files are operator input, but a hostile or broken one must not freeze the
+# proxy (a SIGHUP reload) or flood a terminal: bounded size, bounded alias expansion, bounded
+# nesting, every printed value cut short, at most MAX_ERRORS_SHOWN problems printed.
+MAX_FILE_BYTES = 1024 * 1024
+MAX_NODES = 100_000  # YAML nodes after alias expansion
+MAX_DEPTH = 64
+MAX_ERRORS_SHOWN = 50
+MAX_SHOWN_CHARS = 80
+
+
+def bounded_lines(lines: list[str]) -> str:
+    """At most ``MAX_ERRORS_SHOWN`` lines, then how many more there were."""
+    shown = lines[:MAX_ERRORS_SHOWN]
+    if len(lines) > MAX_ERRORS_SHOWN:
+        shown.append(f"... and {len(lines) - MAX_ERRORS_SHOWN} more problem(s) not shown")
+    return "\n".join(shown)
+
+
 class ConfigError(Exception):
-    """An invalid configuration; ``errors`` lists every problem found, one line each."""
+    """An invalid configuration; ``errors`` lists every problem found, one line each (the text
+    shows at most ``MAX_ERRORS_SHOWN`` of them)."""
 
     def __init__(self, source: str, errors: list[str]) -> None:
         self.source = source
         self.errors = errors
-        super().__init__("\n".join(f"{source}: {e}" for e in errors))
+        super().__init__(bounded_lines([f"{source}: {e}" for e in errors]))
+
+
+# A key whose name says it holds a credential: its value is never printed, whatever its type.
+_SECRET_NAME = re.compile(r"(?i)key|token|secret|passw|credential")
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 2
+_REPR.maxstring = MAX_SHOWN_CHARS
+_REPR.maxother = MAX_SHOWN_CHARS
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
+
+
+def secret_bearing(key: str) -> bool:
+    """``key`` (a dotted path such as ``api_keys_sha256[0]``) names a secret-bearing key."""
+    return any(_SECRET_NAME.search(part) for part in re.split(r"[.\[\]]", key) if part)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, str):
+        return f"a string of {len(value)} characters"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if value is None:
+        return "nothing (null)"
+    return f"a value of type {type(value).__name__}"
+
+
+def shown(value: Any, key: str = "") -> str:
+    """``value`` as an error message may print it: never the value of a secret-bearing ``key``
+    (only its kind), otherwise a repr cut short (bounded work, whatever the value's size)."""
+    if secret_bearing(key):
+        return f"{_kind(value)} (not shown: '{short_key(key)}' may hold a secret)"
+    text = _REPR.repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
+
+
+def short_key(key: object) -> str:
+    """A key name as printed: cut short (a key is file content too)."""
+    text = str(key)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
 
 
 def _positive(value: float) -> str | None:
@@ -85,6 +147,14 @@ class LimitsConfig:
     max_body_bytes: int = field(default=32 * 1024 * 1024, metadata=_check(_positive))
     # Requests handled at once; beyond it the proxy answers 529 overloaded_error.
     max_concurrent_requests: int = field(default=4096, metadata=_check(_positive))
+    # Slow and idle clients (proxy/server/connections.py): seconds to receive a complete request
+    # head; longest silence while reading a body; keep-alive between requests; open client
+    # connections (beyond it the longest-waiting connection without a request in progress is
+    # closed, else the new one).
+    header_timeout: float = field(default=10.0, metadata=_check(_positive))
+    body_timeout: float = field(default=30.0, metadata=_check(_positive))
+    idle_timeout: float = field(default=75.0, metadata=_check(_positive))
+    max_connections: int = field(default=10_000, metadata=_check(_positive))
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +211,8 @@ class CompactionConfig:
 @dataclass(frozen=True, slots=True)
 class LoggingConfig:
     level: str = "INFO"
+    # text, or json: one JSON object per line (proxy/log_format.py)
+    format: str = "text"
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +256,7 @@ _EXTRA_CHECKS: dict[tuple[type, str], Any] = {
     (LoggingConfig, "level"): lambda v: None
     if v.upper() in ("DEBUG", "INFO", "WARNING", "ERROR")
     else "one of DEBUG, INFO, WARNING, ERROR",
+    (LoggingConfig, "format"): lambda v: None if v in ("text", "json") else "one of text, json",
 }
 
 
@@ -214,7 +287,7 @@ def _convert(tp: Any, value: Any, key: str, errors: list[str], base: Any = None)
         or (tp is str and isinstance(value, str))
     )
     if not ok:
-        errors.append(f"key '{key}': expected {_type_name(tp)}, got {value!r}")
+        errors.append(f"key '{key}': expected {_type_name(tp)}, got {shown(value, key)}")
         return None
     return float(value) if tp is float else value
 
@@ -225,13 +298,15 @@ def _build(cls: type, data: Any, prefix: str, errors: list[str], base: Any = Non
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
-        errors.append(f"key '{prefix or '<top level>'}': expected a mapping, got {data!r}")
+        errors.append(
+            f"key '{prefix or '<top level>'}': expected a mapping, got {shown(data, prefix)}"
+        )
         return cls() if base is None else base
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls)}
     values: dict[str, Any] = {}
     for raw_key, value in data.items():
-        key = f"{prefix}.{raw_key}" if prefix else str(raw_key)
+        key = f"{prefix}.{short_key(raw_key)}" if prefix else short_key(raw_key)
         if raw_key not in known:
             expected = ", ".join(sorted(known))
             errors.append(f"key '{key}': unknown key (expected one of: {expected})")
@@ -244,7 +319,7 @@ def _build(cls: type, data: Any, prefix: str, errors: list[str], base: Any = Non
         check = known[raw_key].metadata.get("check") or _EXTRA_CHECKS.get((cls, raw_key))
         problem = check(converted) if check else None
         if problem:
-            errors.append(f"key '{key}': expected {problem}, got {value!r}")
+            errors.append(f"key '{key}': expected {problem}, got {shown(value, key)}")
             continue
         values[raw_key] = converted
     return cls(**values) if base is None else dataclasses.replace(base, **values)
@@ -290,20 +365,89 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
 
 
 def read_yaml(path: str | os.PathLike[str]) -> Any:
-    """Read and parse one YAML file (safe loader); :class:`ConfigError` naming the file if not."""
+    """Read and parse one YAML file (safe loader); :class:`ConfigError` naming the file if not.
+
+    Bounded: at most ``MAX_FILE_BYTES``, ``MAX_NODES`` nodes once aliases are expanded (a
+    few-hundred-byte "billion laughs" is refused before anything walks it), ``MAX_DEPTH`` levels,
+    no recursive alias."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+        if len(raw) > MAX_FILE_BYTES:
+            raise ConfigError(source, [f"file larger than {MAX_FILE_BYTES} bytes: refused"])
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else None
         raise ConfigError(source, [f"cannot read the file: {reason or exc}"]) from None
+    return parse_yaml(text, source)
+
+
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str, source: str = "<config>") -> Any:
+    """Parse YAML text with the bounds of :func:`read_yaml`."""
+    loader = _LOADER(text)
     try:
-        return yaml.safe_load(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        problem = _expansion_problem(node)
+        if problem:
+            raise ConfigError(source, [problem])
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(source, [f"{where}not valid YAML ({problem})"]) from None
+        raise ConfigError(source, [f"{where}not valid YAML ({short_key(problem)})"]) from None
+    finally:
+        loader.dispose()
+
+
+def _expansion_problem(root: yaml.Node) -> str | None:
+    """Why the document is refused (too many nodes once aliases are expanded, too deep, a
+    recursive alias), or None. Each distinct node is sized once: the work is bounded by the
+    file, not by the expansion."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    class Refused(Exception):
+        pass
+
+    def size(node: yaml.Node, depth: int) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        if id(node) in open_nodes:
+            raise Refused("a recursive alias (a node that contains itself): refused")
+        if depth > MAX_DEPTH:
+            raise Refused(f"nested deeper than {MAX_DEPTH} levels: refused")
+        total = 1
+        if isinstance(node, yaml.SequenceNode | yaml.MappingNode):
+            open_nodes.add(id(node))
+            children: list[yaml.Node] = (
+                list(node.value)
+                if isinstance(node, yaml.SequenceNode)
+                else [n for pair in node.value for n in pair]
+            )
+            for child in children:
+                total += size(child, depth + 1)
+                if total > MAX_NODES:
+                    raise Refused(
+                        f"more than {MAX_NODES} values once aliases are expanded"
+                        " (an alias bomb?): refused"
+                    )
+            open_nodes.discard(id(node))
+        sizes[id(node)] = total
+        return total
+
+    try:
+        size(root, 0)
+    except Refused as exc:
+        return str(exc)
+    return None
 
 
 def load_config(path: str | os.PathLike[str] | None) -> Config:

@@ -37,11 +37,13 @@ class RedactingFilter(logging.Filter):
         message = record.getMessage()
         cleaned = redact(message)
         if record.exc_info and record.exc_info[1] is not None:
-            # Exception text is rendered later by the formatter; pre-render and clean it here.
+            # Exception text is rendered later by the formatter; pre-render and clean it here
+            # (kept apart from the message: the formatter lays a traceback out on its own lines).
             formatter = logging.Formatter()
-            cleaned = cleaned + "\n" + redact(formatter.formatException(record.exc_info))
+            record.exc_text = redact(formatter.formatException(record.exc_info))
             record.exc_info = None
-            record.exc_text = None
+        elif record.exc_text:
+            record.exc_text = redact(record.exc_text)
         if cleaned != message or record.args:
             record.msg = cleaned
             record.args = None

@@ -37,9 +37,11 @@ from proxy.config import (
     CompactionConfig,
     Config,
     ConfigError,
+    bounded_lines,
     build_section,
     check_compaction,
     read_yaml,
+    shown,
 )
 from proxy.core.pointers import KINDS, is_valid_component
 from proxy.sources.policy import SourcePolicy
@@ -263,7 +265,7 @@ class PolicyError(ConfigError):
 
     def __init__(self, source: str, lines: list[str]) -> None:
         super().__init__(source, lines)
-        self.args = ("\n".join(lines),)
+        self.args = (bounded_lines(lines),)
 
 
 def load_tenancy(
@@ -280,7 +282,7 @@ def load_tenancy(
     problems: list[str] = []
     mode = config.auth.mode
     if mode not in ("passthrough", "keys"):
-        problems.append(f"{source}: key 'auth.mode': expected one of passthrough, keys, got {mode!r}")
+        problems.append(f"{source}: key 'auth.mode': expected one of passthrough, keys, got {shown(mode)}")
         raise PolicyError(source, problems)
     state_dir = os.path.abspath(config.state_dir)
     files = _policy_files(config.policies_dir, source, problems)
@@ -307,7 +309,7 @@ def load_tenancy(
     if mode == "keys" and not files and not problems:
         problems.append(
             f"{source}: key 'policies_dir': expected a directory holding at least one policy file"
-            f" (*.yaml) with auth.mode 'keys', got {config.policies_dir!r}"
+            f" (*.yaml) with auth.mode 'keys', got {shown(config.policies_dir)}"
         )
     if problems:
         raise PolicyError(source, problems)
@@ -339,7 +341,7 @@ def _policy_files(policies_dir: str, source: str, problems: list[str]) -> list[s
         entries = sorted(Path(policies_dir).iterdir())
     except OSError as exc:
         problems.append(
-            f"{source}: key 'policies_dir': expected a readable directory, got {policies_dir!r}"
+            f"{source}: key 'policies_dir': expected a readable directory, got {shown(policies_dir)}"
             f" ({exc.strerror or type(exc).__name__})"
         )
         return []
@@ -526,7 +528,7 @@ def _check_across_files(tenants: list[Tenant], problems: list[str]) -> None:
                 if other is not tenant and _overlaps(root, other_root):
                     problems.append(
                         f"{path}: key '{key}': expected a directory that no other tenant's root"
-                        f" contains, equals or is inside, got {root!r}, which overlaps"
-                        f" {other.policy_file} key '{other_key}' ({other_root!r})"
+                        f" contains, equals or is inside, got {shown(root)}, which overlaps"
+                        f" {other.policy_file} key '{other_key}' ({shown(other_root)})"
                     )
             roots.append((tenant, key, root))

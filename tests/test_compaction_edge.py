@@ -209,6 +209,29 @@ def test_calibration_uses_the_providers_real_input_size(upstream: FakeUpstream, 
     assert int(other.headers["x-compaction-tokens-before"]) == estimate
 
 
+def test_an_implausible_usage_figure_is_discarded_and_counted(upstream: FakeUpstream, make_proxy: Any) -> None:
+    proxy = make_proxy()
+    messages = [{"role": "user", "content": "calibrate " * 2000}]
+    body = orjson.dumps({"model": "cal-model", "max_tokens": 5, "messages": messages})
+    estimate = TokenCounter().count_request(None, None, messages).total
+    # real/estimate ~ 0.0002: the figure is not about this request; it used to become the ratio
+    # (clamped to 0.5) and halve every later estimate.
+    upstream.script(
+        Reply(message_json("ok", input_tokens=1)),
+        Reply(message_json("ok", input_tokens=round(estimate * 1.25))),
+    )
+    first = httpx.post(proxy.url + "/v1/messages", content=body, headers={"x-api-key": KEY})
+    assert int(first.headers["x-compaction-tokens-before"]) == estimate
+    second = httpx.post(proxy.url + "/v1/messages", content=body, headers={"x-api-key": KEY})
+    assert int(second.headers["x-compaction-tokens-before"]) == estimate
+    # a plausible figure is still learnt from
+    third = httpx.post(proxy.url + "/v1/messages", content=body, headers={"x-api-key": KEY})
+    assert int(third.headers["x-compaction-tokens-before"]) == round(estimate * 1.25)
+    metrics = httpx.get(proxy.url + "/metrics").text
+    assert 'context_proxy_calibration_samples_total{outcome="discarded"} 1.0' in metrics
+    assert 'context_proxy_calibration_samples_total{outcome="used"} 1.0' in metrics
+
+
 def test_large_requests_are_compacted_off_the_loop_with_the_same_result(upstream: FakeUpstream, make_proxy: Any, transcript: dict[str, Any]) -> None:
     k = _turn_at_least(transcript, 90)
     bodies = []

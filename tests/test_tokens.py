@@ -723,17 +723,33 @@ def test_calibration_moving_average() -> None:
 
 def test_calibration_clamps_and_ignores() -> None:
     cal = Calibration()
-    cal.observe("m", 100, 1000)  # 10x -> clamped to 3.0
+    assert cal.observe("m", 100, 350) is True  # 3.5x -> clamped to 3.0
     assert cal.ratio("m") == 3.0
-    cal.observe("m", 100, 1)  # 0.01 -> clamped to 0.5: 3.0 + 0.2 * (0.5 - 3.0) = 2.5
+    assert cal.observe("m", 100, 30) is True  # 0.3 -> clamped to 0.5: 3.0 + 0.2 * (0.5 - 3.0) = 2.5
     assert cal.ratio("m") == pytest.approx(2.5)
-    cal.observe("m", 0, 100)
-    cal.observe("m", -5, 100)
-    cal.observe("m", 100, 0)
+    assert cal.observe("m", 0, 100) is None
+    assert cal.observe("m", -5, 100) is None
+    assert cal.observe("m", 100, 0) is None
     assert cal.ratio("m") == pytest.approx(2.5)
     low = Calibration()
-    low.observe("m", 1000, 100)
+    low.observe("m", 1000, 300)
     assert low.ratio("m") == 0.5
+
+
+def test_calibration_discards_implausible_samples() -> None:
+    """A figure more than 4x off the estimate is not learnt from (it used to be clamped to 0.5:
+    one 0.0002 sample halved every later estimate of the model)."""
+    cal = Calibration()
+    assert cal.observe("m", 50_000, 10) is False  # 0.0002
+    assert not cal.known("m")
+    assert cal.ratio("m") == 1.0
+    assert cal.observe("m", 1000, 1200) is True
+    assert cal.observe("m", 1000, 4001) is False
+    assert cal.observe("m", 4000, 999) is False
+    assert cal.ratio("m") == pytest.approx(1.2)
+    # the band's edges are plausible
+    assert cal.observe("m", 1000, 4000) is True
+    assert cal.observe("m", 4000, 1000) is True
 
 
 def test_seen_message_knows_what_the_pipeline_counted() -> None:

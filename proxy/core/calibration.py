@@ -9,11 +9,20 @@ class Calibration:
     """Running real/estimate ratio per model: an exponential moving average (``ALPHA`` = 0.2) of
     clamped samples. The first observation of a model seeds its ratio (the 1.0 default is a prior,
     not a measurement; starting the average at 1.0 would take ~10 requests to learn a steady 1.3).
-    Observations with ``estimate <= 0`` or ``real <= 0`` (no usage reported) are ignored."""
+    Observations with ``estimate <= 0`` or ``real <= 0`` (no usage reported) are ignored.
+
+    Implausible samples are discarded, not clamped: the estimate counts with cl100k (within ~30%
+    of Claude's tokenizer on text) and prices images and documents by the provider's formulas, so
+    a provider figure more than ``PLAUSIBLE`` (4) times above or below it is not about the text we
+    counted (a usage figure of another request, a truncating hop in between, a provider bug).
+    Clamped into [0.5, 3], one such figure would still move the average by a fifth of the way to
+    the clamp (a first one would *be* the ratio: every estimate halved)."""
 
     ALPHA = 0.2
     MIN_RATIO = 0.5
     MAX_RATIO = 3.0
+    # real/estimate outside [1/PLAUSIBLE, PLAUSIBLE]: the sample is discarded
+    PLAUSIBLE = 4.0
 
     __slots__ = ("_lock", "_ratios")
 
@@ -21,13 +30,19 @@ class Calibration:
         self._ratios: dict[str, float] = {}
         self._lock = threading.Lock()
 
-    def observe(self, model: str, estimate: int, real: int) -> None:
+    def observe(self, model: str, estimate: int, real: int) -> bool | None:
+        """Learn from one request: True when the sample was used, False when it was discarded
+        as implausible, None when there was nothing to learn from (no usage, no estimate)."""
         if estimate <= 0 or real <= 0:
-            return
-        sample = min(self.MAX_RATIO, max(self.MIN_RATIO, real / estimate))
+            return None
+        raw = real / estimate
+        if not 1 / self.PLAUSIBLE <= raw <= self.PLAUSIBLE:
+            return False
+        sample = min(self.MAX_RATIO, max(self.MIN_RATIO, raw))
         with self._lock:
             old = self._ratios.get(model)
             self._ratios[model] = sample if old is None else old + self.ALPHA * (sample - old)
+        return True
 
     def seed(self, model: str, ratio: float) -> None:
         """Start from a figure measured elsewhere (another replica, via the store) unless this

@@ -288,9 +288,13 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
         headers.popall("Content-Encoding", None)  # a re-serialised body is sent as identity
     forwarder = app[FORWARDER]
     before_upstream = time.perf_counter() - started
-    upstream = await forwarder.open(
-        request, route=route, data=prepared.body, decode=True, headers=headers
-    )
+    try:
+        upstream = await forwarder.open(
+            request, route=route, data=prepared.body, decode=True, headers=headers
+        )
+    except ProxyError as exc:  # 502/504: the compaction outcome is known, and reported
+        exc.headers = {**extra_headers, **exc.headers}
+        raise
     async with upstream:
         sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
         tap = UsageTap(sse=sse)

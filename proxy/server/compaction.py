@@ -468,7 +468,16 @@ class CompactionService:
         ``CALIBRATION_WRITE_SECONDS`` per tenant and model) for the other replicas."""
         if not (estimate and real):
             return
-        self.calibration.observe(key, estimate, real)
+        used = self.calibration.observe(key, estimate, real)
+        if used is None:
+            return
+        self.metrics.calibration_samples.labels("used" if used else "discarded").inc()
+        if not used:
+            log.warning(
+                "[calibrate] implausible provider usage discarded: real %d vs estimate %d",
+                real, estimate,
+            )
+            return
         store = self.store
         parts = self._calibration_read.get(key)
         if store is None or parts is None:

@@ -31,6 +31,9 @@ class Metrics:
     upstream_errors: Counter
     compactions: Counter
     summaries: Counter
+    calibration_samples: Counter
+    open_connections: Gauge
+    connections_closed: Counter
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
@@ -89,6 +92,25 @@ def new_metrics() -> Metrics:
             "context_proxy_compactions",
             "Compaction outcomes on /v1/messages, by plan status (new, reused, none, deferred, off).",
             ["plan"],
+            registry=registry,
+        ),
+        calibration_samples=Counter(
+            "context_proxy_calibration_samples",
+            "Provider usage figures offered to calibration: used, or discarded (real/estimate"
+            " outside [1/4, 4]: implausible, not learnt from).",
+            ["outcome"],
+            registry=registry,
+        ),
+        open_connections=Gauge(
+            "context_proxy_open_connections",
+            "Client connections open now.",
+            registry=registry,
+        ),
+        connections_closed=Counter(
+            "context_proxy_connections_closed",
+            "Client connections the proxy closed, by reason: header_timeout, body_timeout, limit"
+            " (limits.max_connections), bad_request (malformed HTTP).",
+            ["reason"],
             registry=registry,
         ),
     )

@@ -14,8 +14,10 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
 from proxy.config import Config, ConfigError
+from proxy.log_format import escape
 from proxy.server.app import build_app
-from proxy.server.appkeys import FORWARDER, STATE, TENANCY
+from proxy.server.appkeys import FORWARDER, METRICS, STATE, TENANCY
+from proxy.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
 from proxy.tenants import load_tenancy
 
 log = logging.getLogger("context_proxy.runner")
@@ -24,13 +26,14 @@ log = logging.getLogger("context_proxy.runner")
 class AccessLogger(AbstractAccessLogger):
     """One short line per answer: method, path (no query string, no headers), status, bytes,
     milliseconds. Cheaper than aiohttp's format-string logger, and it logs nothing a client
-    sent beyond the path."""
+    sent beyond the method and path, both escaped (a decoded path may hold CR, LF or ESC: it
+    must not forge a line or drive a terminal)."""
 
     def log(self, request: BaseRequest, response: StreamResponse, time: float) -> None:
         self.logger.info(
             "%s %s %d %d %.1fms",
-            request.method,
-            request.path,
+            escape(request.method, 32),
+            escape(request.path, 1000),
             response.status,
             response.body_length,
             time * 1000,
@@ -45,8 +48,10 @@ def make_runner(
     app: web.Application, config: Config, *, access_log: bool = True, shutdown_timeout: float = 2.0
 ) -> web.AppRunner:
     """The runner settings every deployment (and every test) uses."""
-    return web.AppRunner(
+    return GuardedRunner(
         app,
+        ConnectionGuard(config, app[METRICS]),
+        keepalive_timeout=config.limits.idle_timeout,
         handler_cancellation=True,  # a client that disconnects cancels its upstream request
         shutdown_timeout=shutdown_timeout,
         # Request bodies stay as sent: passthrough is byte for byte, and the messages routes
@@ -59,6 +64,8 @@ def make_runner(
 
 async def serve(config: Config, stop: asyncio.Event | None = None) -> None:
     """Serve until ``stop`` is set or a SIGTERM/SIGINT arrives, then drain and return."""
+    soft, hard = raise_open_files_limit()
+    log.info("open files limit: %d (hard %d)", soft, hard)
     app = build_app(config)
     runner = make_runner(app, config)
     await runner.setup()
@@ -71,7 +78,7 @@ async def serve(config: Config, stop: asyncio.Event | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, reload_policies, app, config)
+    loop.add_signal_handler(signal.SIGHUP, schedule_reload, app, config)
     for host, port, *_ in (a for a in runner.addresses if isinstance(a, tuple)):
         log.info("listening on http://%s:%d upstream=%s", host, port, config.upstream.base_url)
     try:
@@ -98,9 +105,20 @@ def tune_interpreter() -> None:
     sys.setswitchinterval(0.001)
 
 
+_RELOADS: set[asyncio.Task[None]] = set()
+
+
+def schedule_reload(app: web.Application, config: Config) -> None:
+    """SIGHUP: :func:`reload_policies` in a worker thread (reading and validating files never
+    stalls the loop, whatever is in them)."""
+    task = asyncio.get_running_loop().create_task(asyncio.to_thread(reload_policies, app, config))
+    _RELOADS.add(task)
+    task.add_done_callback(_RELOADS.discard)
+
+
 def reload_policies(app: web.Application, config: Config) -> None:
-    """SIGHUP: validate the tenant policies again and swap them in at once; requests in flight
-    keep the tenant they started with. An invalid set is reported and the previous one kept."""
+    """Validate the tenant policies again and swap them in at once; requests in flight keep the
+    tenant they started with. An invalid set is reported and the previous one kept."""
     try:
         tenancy = load_tenancy(config)
     except ConfigError as exc:
