@@ -283,7 +283,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     recording = session is not None and route == "messages"
     if recording:
         assert session is not None
-        durable.record_request(tenant, sources, session, body["messages"])
+        turn = durable.record_request(tenant, sources, session, body["messages"])
     if prepared.changed:
         headers.popall("Content-Encoding", None)  # a re-serialised body is sent as identity
     forwarder = app[FORWARDER]
@@ -313,9 +313,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             )
         finally:
             if answer is not None:
-                assert session is not None
-                message = answer.message()
-                durable.record_answer(tenant, sources, session, message, answer.stopped)
+                durable.record_answer(turn, answer.message(), answer.stopped)
     if outcome.completed and outcome.status == 200:
         tap.close()
         service.observe(prepared.calibration_key, prepared.estimate, tap.input_tokens)

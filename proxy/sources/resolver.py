@@ -393,6 +393,56 @@ class SourceResolver:
             walk.close()
         return tuple(out)
 
+    def read(self, pointer_text: object, policy: SourcePolicy) -> tuple[Resolution, bytes | None]:
+        """An artifact's resolution and, when ``available``, the bytes that were hashed (read
+        once, within ``max_artifact_bytes``). Transcript pointers are not read here (the store
+        holds them: ``proxy.sources.pointer_resolver``): ``unsupported``."""
+        pointer = parse_pointer(pointer_text)
+        if isinstance(pointer, BadPointer):
+            return _BY_STATUS[pointer.status], None
+        if not isinstance(pointer, ArtifactPointer):
+            return _BY_STATUS["unsupported"], None
+        if not authorise(pointer, policy):
+            return _DENIED, None
+        root = policy.root_for(pointer)
+        if root is None:
+            return _DENIED, None
+        walk = _Walk(self._opener)
+        try:
+            parts, name = locate(pointer)
+            directory = walk.directory(root, parts)
+            if isinstance(directory, str):
+                return _BY_STATUS[directory], None
+            opened = walk.open_file(directory, name)
+            if isinstance(opened, str):
+                return _BY_STATUS[opened], None
+            fd, st = opened
+            try:
+                if st.st_size > self.limits.max_artifact_bytes:
+                    return _CORRUPT, None
+                chunks: list[bytes] = []
+                total = 0
+                while True:
+                    try:
+                        chunk = os.read(fd, self.limits.artifact_chunk_bytes)
+                    except OSError as exc:
+                        return _BY_STATUS[_status_of(exc)], None
+                    if not chunk:
+                        break
+                    total += len(chunk)
+                    if total > self.limits.max_artifact_bytes:
+                        return _CORRUPT, None
+                    chunks.append(chunk)
+            finally:
+                os.close(fd)
+        finally:
+            walk.close()
+        data = b"".join(chunks)
+        digest = hashlib.sha256(data).hexdigest()
+        if not digest.startswith(pointer.digest):
+            return _CORRUPT, None
+        return Resolution("available", digest), data
+
     def _resolve(
         self, pointer_text: object, policy: SourcePolicy, excerpt: bool, walk: _Walk
     ) -> Resolution:
