@@ -29,6 +29,7 @@ from proxy.core.compaction import CompactionResult, Truncated
 from proxy.core.compaction.digest import digests
 from proxy.core.compaction.truncate import artifact_of
 from proxy.core.compaction.view import blocks_of
+from proxy.core.durable import InvalidWrite
 from proxy.core.pointers import is_valid_session_id
 from proxy.core.render import render_state, render_unavailable
 from proxy.errors import InvalidRequest
@@ -36,7 +37,7 @@ from proxy.sources.artifact_files import write_artifact
 from proxy.sources.pointer_resolver import PointerResolver
 from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import SourceResolver
-from proxy.sources.transcript_files import StoredRecord, export_session
+from proxy.sources.transcript_files import ExportMarks, StoredRecord, export_session
 from proxy.sources.transcript_records import record_bytes
 from proxy.store.base import Prefix, Store, StoreError, TranscriptEvent
 from proxy.store.transcript_keys import KeyedEvent, Recorded
@@ -112,6 +113,7 @@ class DurableContext:
         self._tasks: set[asyncio.Task[None]] = set()
         self._exports: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         self._export_again: set[tuple[str, str, str]] = set()
+        self._marks = ExportMarks()
 
     async def injection(self, tenant: str, policy: SourcePolicy, session: str) -> Injection:
         try:
@@ -217,6 +219,8 @@ class DurableContext:
                 await asyncio.gather(previous, return_exceptions=True)
             try:
                 await work
+            except InvalidWrite as exc:  # field names and fixed texts only: no content
+                log.warning("[durable] transcript not recorded: InvalidWrite (%s)", exc)
             except (StoreError, OSError, ValueError) as exc:
                 log.warning("[durable] transcript not recorded: %s", type(exc).__name__)
 
@@ -250,6 +254,8 @@ class DurableContext:
                 for i in range(start, len(messages))
             )
         ]
+        if not keyed:  # a retry of a recorded request: nothing new
+            return
         if count > 0:
             await self._await_answer(tenant, session, messages, hashes, start)
         recorded_now = await self.store.record_transcript(
@@ -353,7 +359,7 @@ class DurableContext:
             while True:
                 self._export_again.discard(key)
                 try:
-                    await asyncio.to_thread(export_session, root, session, fetch)
+                    await asyncio.to_thread(export_session, root, session, fetch, self._marks)
                 except (StoreError, OSError, ValueError) as exc:
                     log.warning("[durable] transcript export failed: %s", type(exc).__name__)
                     return

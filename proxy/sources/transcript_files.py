@@ -46,7 +46,14 @@ from proxy.core.pointers import (
 )
 from proxy.sources.layout import fsync_dir, open_root_for_writing, transcript_file_name
 
-__all__ = ["SCHEMA_VERSION", "StoredRecord", "TranscriptEvent", "append_events", "export_session"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "ExportMarks",
+    "StoredRecord",
+    "TranscriptEvent",
+    "append_events",
+    "export_session",
+]
 
 SCHEMA_VERSION = 1
 _WRITE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
@@ -196,13 +203,27 @@ Fetch = Callable[[int, int], Sequence[StoredRecord]]
 """``fetch(after_seq, limit)``: the store's events after ``after_seq``, in order (blocking)."""
 
 
-def export_session(root: str, session: str, fetch: Fetch) -> int:
+@dataclass(slots=True)
+class ExportMarks:
+    """Where each exported file was left by this process: ``(st_ino, size, lines)`` per
+    ``(root, session)``, so that checking the line count only reads what others appended since."""
+
+    files: dict[tuple[str, str], tuple[int, int, int]]
+
+    def __init__(self) -> None:
+        self.files = {}
+
+
+def export_session(root: str, session: str, fetch: Fetch, marks: ExportMarks | None = None) -> int:
     """Bring ``<root>/<session>.jsonl`` level with the store; return its last sequence number.
 
-    Under the file's ``flock``: a partial final line is cut; the last complete line must be,
-    byte for byte, the store's record at its sequence (else the whole file is rebuilt from the
-    store into a temporary file renamed over it); then the store's later records are appended.
+    Under the file's ``flock``: a partial final line is cut; the file must hold as many lines as
+    its last line's sequence number and that line must be, byte for byte, the store's record at
+    that sequence (else the whole file is rebuilt from the store into a temporary file renamed
+    over it); then the store's later records are appended. Lines before the last are counted,
+    not compared: a file edited in the middle keeps its edit until it is rebuilt.
     """
+    marks = marks if marks is not None else ExportMarks()
     if not is_valid_session_id(session):
         raise ValueError("invalid session id")
     root_fd = open_root_for_writing(root)
@@ -213,10 +234,14 @@ def export_session(root: str, session: str, fetch: Fetch) -> int:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ValueError("the transcript is not a regular file")
             fcntl.flock(fd, fcntl.LOCK_EX)
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size = st.st_size
             last = _consistent_tail(fd, size, fetch)
+            if last is not None and _line_count(fd, st, marks, (root, session)) != last:
+                last = None
             if last is None:
-                return _rebuild(root_fd, name, session, fetch)
+                marks.files.pop((root, session), None)
+                return _rebuild(root_fd, name, fetch)
             written = False
             while True:
                 page = fetch(last, _EXPORT_PAGE)
@@ -229,6 +254,7 @@ def export_session(root: str, session: str, fetch: Fetch) -> int:
                 os.fsync(fd)
                 if size == 0:
                     fsync_dir(root_fd)
+            marks.files[(root, session)] = (st.st_ino, os.fstat(fd).st_size, last)
             return last
         finally:
             os.close(fd)
@@ -271,7 +297,26 @@ def _consistent_tail(fd: int, size: int, fetch: Fetch) -> int | None:
     return sequence
 
 
-def _rebuild(root_fd: int, name: str, session: str, fetch: Fetch) -> int:
+def _line_count(
+    fd: int, st: os.stat_result, marks: ExportMarks, key: tuple[str, str]
+) -> int:
+    """Complete lines in the file (read only past where this process left it, if it did)."""
+    size = os.fstat(fd).st_size  # after a partial last line was cut
+    known = marks.files.get(key)
+    start, count = 0, 0
+    if known is not None and known[0] == st.st_ino and known[1] <= size:
+        start, count = known[1], known[2]
+    pos = start
+    while pos < size:
+        chunk = os.pread(fd, min(1 << 20, size - pos), pos)
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        pos += len(chunk)
+    return count
+
+
+def _rebuild(root_fd: int, name: str, fetch: Fetch) -> int:
     temp = f".{name}.{secrets.token_hex(8)}.tmp"
     fd = os.open(temp, _TEMP_FLAGS, 0o600, dir_fd=root_fd)
     last = 0

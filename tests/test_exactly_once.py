@@ -1,0 +1,303 @@
+"""One record of truth (issue 9): every transcript event exactly once, whatever the replicas, and a
+pointer that can only ever verify the event the store numbered.
+
+Real ``context-proxy serve`` processes on one store (SQLite file and PostgreSQL), a real fake
+upstream. One process and two and three replicas (alternating with no pause, racing on a turn, a
+client retry of a turn) record the same events; every ``transcript:`` pointer resolves, through a
+running replica, to the SHA-256 of the event the store holds at that sequence number; the JSONL
+export equals the store's projection after a SIGKILL, a deleted, truncated or wrong file, and a
+2 MB message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import orjson
+import pytest
+import yaml
+
+from proxy.core.durable import Create, Fact
+from proxy.sources.pointer_resolver import PointerResolver
+from proxy.sources.policy import SourcePolicy
+from proxy.sources.resolver import SourceResolver
+from proxy.sources.transcript_records import record_bytes, record_sha256
+from proxy.store import RecordedEvent, open_store
+from tests.harness import LoopThread
+from tests.pg_server import fresh_schema
+from tests.test_cli import ServeProcess
+from tests.upstream import FakeUpstream
+
+T0 = "2026-12-01T10:00:00+00:00"
+HEADERS = {"x-api-key": "sk-ant-once-1", "anthropic-version": "2023-06-01"}
+TURNS = 12
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/shared.db"
+    else:
+        with fresh_schema("once") as url:
+            yield url
+
+
+def _config(tmp_path: Path, upstream_url: str, store_url: str) -> Path:
+    path = tmp_path / "proxy.yaml"
+    data = {
+        "upstream": {"base_url": upstream_url},
+        "store": {"url": store_url},
+        "state_dir": str(tmp_path / "shared-volume"),
+        "shutdown": {"grace_seconds": 2},
+    }
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _transcripts(tmp_path: Path) -> Path:
+    return tmp_path / "shared-volume" / "sources" / "transcripts"
+
+
+def _policy(tmp_path: Path) -> SourcePolicy:
+    base = tmp_path / "shared-volume" / "sources"
+    return SourcePolicy(
+        frozenset({"transcript", "artifact"}), ("*",), str(base / "transcripts"), str(base / "artifacts")
+    )
+
+
+def _answer_content(response: httpx.Response, stream: bool) -> list[Any]:
+    """What a client appends as the assistant turn (the answer's content blocks)."""
+    if not stream:
+        return list(response.json()["content"])
+    text = ""
+    for line in response.text.splitlines():
+        if line.startswith("data:"):
+            event = orjson.loads(line[5:])
+            if event.get("type") == "content_block_delta":
+                text += event["delta"].get("text", "")
+    return [{"type": "text", "text": text}]
+
+
+def _post(url: str, session: str, body: dict[str, Any], **headers: str) -> httpx.Response:
+    r = httpx.post(
+        url + "/v1/messages",
+        content=orjson.dumps(body),
+        headers={**HEADERS, "x-session-id": session, **headers},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    return r
+
+
+def _chat(urls: list[str], session: str, *, race: tuple[int, ...] = (), retry: tuple[int, ...] = ()) -> None:
+    """``TURNS`` turns, turn t to ``urls[t % len(urls)]``, each sent as soon as the previous
+    answer arrived; on ``race`` turns the same request goes to every url at once, on ``retry``
+    turns it is sent again (to the next url) after its answer, as a client that retries does."""
+    messages: list[dict[str, Any]] = []
+    for t in range(TURNS):
+        messages.append({"role": "user", "content": f"turn {t}: " + "words " * (t + 1)})
+        stream = t % 2 == 1
+        body = {"model": "claude-fake-1", "max_tokens": 50, "messages": list(messages), "stream": stream}
+        if t in race:
+            results: list[httpx.Response] = []
+
+            def send(url: str, body: dict[str, Any] = body, results: list[httpx.Response] = results) -> None:
+                results.append(_post(url, session, body))
+
+            threads = [threading.Thread(target=send, args=(u,)) for u in urls]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            response = results[0]
+        else:
+            response = _post(urls[t % len(urls)], session, body)
+            if t in retry:
+                response = _post(urls[(t + 1) % len(urls)], session, body)
+        messages.append({"role": "assistant", "content": _answer_content(response, stream)})
+
+
+def _events(loop: LoopThread, store_url: str, session: str, expected: int | None = None) -> list[RecordedEvent]:
+    """The session's events as the store holds them (waiting, up to 15 s, for ``expected``:
+    answers are recorded just after they are relayed)."""
+
+    async def read() -> list[RecordedEvent]:
+        store = await open_store(store_url)
+        try:
+            return list(await store.transcript_events("default", session, 0, 1000))
+        finally:
+            await store.close()
+
+    deadline = time.monotonic() + 15
+    while True:
+        events = loop.run(read())
+        if expected is None or len(events) >= expected or time.monotonic() > deadline:
+            time.sleep(0.3 if expected is not None else 0)  # nothing more lands after it
+            events = loop.run(read())
+            assert [e.seq for e in events] == list(range(1, len(events) + 1))
+            return events
+        time.sleep(0.05)
+
+
+def _shape(events: list[RecordedEvent]) -> list[tuple[str, str, Any, bool]]:
+    """What must be equal between runs: everything but ids and times (each answer has its own
+    message id from the upstream)."""
+    out = []
+    for e in events:
+        content = e.event.content
+        if e.event.type == "answer" and isinstance(content, dict):
+            content = {k: v for k, v in content.items() if k != "id"}
+        out.append((e.event.type, e.event.role, content, e.event.complete))
+    return out
+
+
+def _export_lines(tmp_path: Path, session: str) -> list[bytes]:
+    path = _transcripts(tmp_path) / f"{session}.jsonl"
+    return path.read_bytes().split(b"\n")[:-1] if path.exists() else []
+
+
+def _wait_export(tmp_path: Path, session: str, events: list[RecordedEvent]) -> None:
+    want = [record_bytes(e) for e in events]
+    deadline = time.monotonic() + 15
+    while _export_lines(tmp_path, session) != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _export_lines(tmp_path, session) == want, "the export is not the store's projection"
+
+
+def test_replicas_record_each_event_once_and_pointers_name_the_stored_event(
+    tmp_path: Path, upstream: FakeUpstream, loop_thread: LoopThread, store_url: str
+) -> None:
+    config = _config(tmp_path, upstream.url, store_url)
+    replicas: list[ServeProcess] = []
+    try:
+        for _ in range(3):
+            replicas.append(ServeProcess(config))
+        urls = [r.url for r in replicas]
+        # the same conversation: one process, two and three replicas alternating without a
+        # pause; racing turns and a client retry included (the same in every run)
+        runs = {"one": urls[:1], "two": urls[:2], "three": urls}
+        for session, targets in runs.items():
+            _chat(targets, session, race=(3, 8), retry=(5,))
+        single = _events(loop_thread, store_url, "one", 2 * TURNS)
+        assert len(single) == 2 * TURNS
+        assert [e.event.type for e in single] == ["message", "answer"] * TURNS
+        for session in ("two", "three"):
+            events = _events(loop_thread, store_url, session, 2 * TURNS)
+            assert _shape(events) == _shape(single), f"{session}: not what one process records"
+            _wait_export(tmp_path, session, events)
+
+        # Every pointer, verified by a running replica, names the event the store holds there.
+        events = _events(loop_thread, store_url, "three")
+        facts = [Create(Fact(f"f{e.seq}", f"event {e.seq}", e.pointer, T0)) for e in events]
+        facts.append(Create(Fact("beyond", "no such event", "transcript:three:999", T0)))
+
+        async def write() -> None:
+            store = await open_store(store_url)
+            try:
+                await store.write_changes("default", "three", facts)
+            finally:
+                await store.close()
+
+        loop_thread.run(write())
+        before = len(upstream.requests)
+        body = {"model": "claude-fake-1", "max_tokens": 5, "messages": [{"role": "user", "content": "check"}]}
+        for url in urls:
+            r = _post(url, "three", body)
+            assert r.headers["x-durable-sources"] == f"available={len(events)},missing=1,denied=0,corrupt=0,unsupported=0"
+        for sent in upstream.requests[before:]:
+            block = sent.json()["system"][-1]["text"]
+            found = dict(re.findall(r"source=(transcript:three:\d+) source_status=available; evidence_sha256=([0-9a-f]{64})", block))
+            assert found == {e.pointer: record_sha256(e) for e in events}
+        for replica in replicas:
+            assert not [line for line in replica.lines if "Traceback" in line or "not recorded" in line]
+    finally:
+        for replica in replicas:
+            replica.stop()
+
+
+def test_export_is_repaired_from_the_store_after_sigkill_deletion_truncation_and_a_wrong_line(
+    tmp_path: Path, upstream: FakeUpstream, loop_thread: LoopThread, store_url: str
+) -> None:
+    config = _config(tmp_path, upstream.url, store_url)
+    session = "crashy"
+    path = _transcripts(tmp_path) / f"{session}.jsonl"
+    messages: list[dict[str, Any]] = []
+    replicas = [ServeProcess(config), ServeProcess(config)]
+    turn = killed = 0
+
+    def step(target: ServeProcess, text: str = "", **headers: str) -> None:
+        nonlocal turn
+        messages.append({"role": "user", "content": text or f"turn {turn}"})
+        r = _post(target.url, session, {"model": "claude-fake-1", "max_tokens": 5, "messages": list(messages)}, **headers)
+        messages.append({"role": "assistant", "content": r.json()["content"]})
+        turn += 1
+
+    def settled() -> list[RecordedEvent]:
+        events = _events(loop_thread, store_url, session, 2 * turn)
+        assert len(events) == 2 * turn and [e.event.role for e in events] == ["user", "assistant"] * turn
+        # every answer is an ``answer`` event, except one a SIGKILL took before it was stored:
+        # then the client's copy of it, sent back with the next turn, stands for it (once)
+        assert [e.event.type for e in events if e.event.role == "assistant"].count("message") <= killed
+        _wait_export(tmp_path, session, events)
+        return events
+
+    damages: list[Callable[[], None]] = [
+        lambda: path.write_bytes(b"\n".join(path.read_bytes().split(b"\n")[:-3]) + b'\n{"schema_version":1,"seq'),
+        lambda: path.unlink(),
+        lambda: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
+        # a complete last line that is not the store's event at that sequence
+        lambda: path.write_bytes(
+            b"\n".join([*path.read_bytes().split(b"\n")[:-2], path.read_bytes().split(b"\n")[0]]) + b"\n"
+        ),
+    ]
+    try:
+        for _ in range(3):
+            step(replicas[turn % 2])
+        settled()
+        # SIGKILL right after an answer (its store write and export may or may not be done),
+        # then the file as a kill mid-export leaves it: lines missing and a partial last one.
+        step(replicas[0])
+        replicas[0].proc.kill()
+        killed = 1
+        replicas[0].stop()
+        replicas[0] = ServeProcess(config)
+        for damage in damages:
+            damage()
+            step(replicas[turn % 2])
+            settled()
+        # a 2 MB message: recorded whole, exported whole, its pointer verifies
+        step(replicas[1], "x" * (2 << 20), **{"x-compaction": "off"})
+        events = settled()
+        assert len(record_bytes(events[-2])) > 2 << 20
+        resolver = _resolver_for(loop_thread, store_url, tmp_path)
+        for e, line in zip(events, _export_lines(tmp_path, session), strict=True):
+            resolution = resolver(e.pointer)
+            assert resolution.status == "available"
+            assert resolution.evidence_sha256 == hashlib.sha256(line).hexdigest() == record_sha256(e)
+        assert resolver(f"transcript:{session}:{len(events) + 1}").status == "missing"
+    finally:
+        for replica in replicas:
+            replica.stop()
+
+
+def _resolver_for(loop: LoopThread, store_url: str, tmp_path: Path) -> Callable[[str], Any]:
+    policy = _policy(tmp_path)
+
+    def resolve(pointer: str) -> Any:
+        async def run() -> Any:
+            store = await open_store(store_url)
+            try:
+                return await PointerResolver(store, SourceResolver()).resolve("default", policy, pointer)
+            finally:
+                await store.close()
+
+        return loop.run(run())
+
+    return resolve
