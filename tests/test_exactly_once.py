@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -301,3 +302,125 @@ def _resolver_for(loop: LoopThread, store_url: str, tmp_path: Path) -> Callable[
         return loop.run(run())
 
     return resolve
+
+
+# --- in one process: nesting, plans across sessions -------------------------------------------
+
+
+def _nested(depth: int, leaf: Any = "x") -> Any:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _tool_result_tower(levels: int) -> list[Any]:
+    """A tool_result whose content nests tool_result blocks ``levels`` deep (what broke marker
+    stripping with a RecursionError)."""
+    content: list[Any] = [{"type": "text", "text": "bottom", "cache_control": {"type": "ephemeral"}}]
+    for i in range(levels):
+        content = [{"type": "tool_result", "tool_use_id": f"toolu_n{i}", "content": content}]
+    return content
+
+
+def _deep_bodies(depth: int) -> dict[str, dict[str, Any]]:
+    use = {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "t", "input": {"v": 1}}]}
+    base = [{"role": "user", "content": "go"}, use]
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}
+    return {
+        "system.0.citations.0": {"system": [{"type": "text", "text": "s", "citations": _nested(depth)}], "messages": [{"role": "user", "content": "go"}]},
+        "tools.0.input_schema.properties.0": {"tools": [{"name": "t", "input_schema": {"type": "object", "properties": _nested(depth, {})}}], "messages": [{"role": "user", "content": "go"}]},
+        "messages.0.content.0.extra.0": {"messages": [{"role": "user", "content": [{"type": "text", "text": "go", "extra": _nested(depth)}]}]},
+        "messages.1.content.0.input.v.0": {"messages": [{"role": "user", "content": "go"}, {**use, "content": [{**use["content"][0], "input": {"v": _nested(depth)}}]}, {"role": "user", "content": [result]}]},  # type: ignore[index, dict-item]
+        "messages.2.content.0.content.0.content.0": {"messages": [*base, {"role": "user", "content": [{**result, "content": _tool_result_tower(depth // 2)}]}]},
+    }
+
+
+@pytest.mark.parametrize("depth", [150, 600, 1100])
+def test_deep_nesting_anywhere_is_a_clear_400_and_nothing_is_half_done(
+    upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread, depth: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    from proxy.server.appkeys import DURABLE, STORE
+
+    proxy = make_proxy()
+    for position, extra in _deep_bodies(depth).items():
+        before = len(upstream.requests)
+        body = {"model": "m", "max_tokens": 5, **extra}
+        for path in ("/v1/messages", "/v1/messages/count_tokens"):
+            r = httpx.post(proxy.url + path, content=orjson.dumps(body) if depth < 250 else _dump_deep(body), headers={**HEADERS, "x-session-id": "deep-1"})
+            assert r.status_code == 400, (position, r.text[:300])
+            error = r.json()["error"]
+            assert error["type"] == "invalid_request_error"
+            assert "nested deeper than 128 levels" in error["message"], error["message"][:300]
+            if depth < 1000:  # orjson itself refuses over 1024 levels: no path then
+                assert error["message"].startswith(position), (position, error["message"][:100])
+        assert len(upstream.requests) == before, f"{position}: forwarded"
+    loop_thread.run(proxy.app[DURABLE].drain())
+    assert loop_thread.run(proxy.app[STORE].transcript_events("default", "deep-1")) == ()
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL") or "not recorded" in r.getMessage()]
+
+
+def _dump_deep(value: Any) -> bytes:
+    """JSON deeper than orjson writes (254 levels), by hand (test code may recurse)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        return _dump(value)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def _dump(value: Any) -> bytes:
+    if isinstance(value, dict):
+        return b"{" + b",".join([orjson.dumps(k) + b":" + _dump(v) for k, v in value.items()]) + b"}"
+    if isinstance(value, list):
+        return b"[" + b",".join([_dump(v) for v in value]) + b"]"
+    return orjson.dumps(value)
+
+
+def test_nesting_up_to_the_bound_is_forwarded_and_recorded(upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread) -> None:
+    from proxy.server.appkeys import DURABLE, STORE
+
+    proxy = make_proxy()
+    # body 1, messages 2, message 3, content 4, block 5, "extra" list 6 ... level 128
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", "text": "go", "extra": _nested(122)}]}]}
+    raw = orjson.dumps(body)
+    r = httpx.post(proxy.url + "/v1/messages", content=raw, headers={**HEADERS, "x-session-id": "deep-ok"})
+    assert r.status_code == 200, r.text
+    assert upstream.requests[-1].body == raw
+    loop_thread.run(proxy.app[DURABLE].drain())
+    events = loop_thread.run(proxy.app[STORE].transcript_events("default", "deep-ok"))
+    assert [e.event.type for e in events] == ["message", "answer"]
+    assert events[0].event.content == body["messages"][0]["content"]  # type: ignore[index]
+
+
+def test_a_plan_reused_across_sessions_names_only_the_new_sessions_artifacts(
+    upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread
+) -> None:
+    from proxy.server.appkeys import DURABLE, TENANCY
+
+    proxy = make_proxy(compaction={"threshold": 3000, "hard_limit": 100_000, "tool_result_cap": 200})
+    big = "\n".join(f"line {i}: " + "data " * 12 for i in range(400))
+    messages = [
+        {"role": "user", "content": "read the log"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_log1", "name": "Bash", "input": {"command": "cat log"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_log1", "content": big}]},
+        {"role": "assistant", "content": "It is long."},
+        {"role": "user", "content": "summarise it"},
+    ]
+    default = proxy.app[TENANCY].current.default
+    assert default is not None
+    sources = default.sources
+    body = orjson.dumps({"model": "m", "max_tokens": 5, "messages": messages})
+    seen = {}
+    for session in ("sA", "sB", "sB"):
+        r = httpx.post(proxy.url + "/v1/messages", content=body, headers={**HEADERS, "x-session-id": session})
+        assert r.status_code == 200, r.text
+        sent = upstream.requests[-1].body.decode()
+        pointers = set(re.findall(r"artifact:[A-Za-z0-9._-]+:[A-Za-z0-9._-]+:[0-9a-f]{64}", sent))
+        assert pointers and all(p.startswith(f"artifact:{session}:") for p in pointers), (session, pointers)
+        for pointer in pointers:
+            assert proxy.app[DURABLE].resolver.resolve(pointer, sources).status == "available"
+        seen.setdefault(session, []).append(r.headers["x-compaction-plan"])
+    # sB does not reuse sA's plan (its view would name sA); its second turn reuses its own
+    assert seen == {"sA": ["new"], "sB": ["new", "reused"]}
