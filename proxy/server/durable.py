@@ -247,6 +247,8 @@ class DurableContext:
         head = await self.store.recorded_prefix(tenant, session)
         count, recorded = head.count, head.hash.removesuffix(ANSWERED)
         start = count if 0 < count <= len(messages) and hashes[count] == recorded else 0
+        if start and head.hash.endswith(ANSWERED) and _role(messages[start]) == "assistant":
+            start += 1  # recorded before migration 4 (no key): that answer is its event
         keyed = [
             KeyedEvent(key, self._event(tenant, session, key, "message", message, True))
             for key, message in (
@@ -274,7 +276,7 @@ class DurableContext:
             (
                 i
                 for i in range(len(messages) - 2, start - 1, -1)
-                if isinstance(messages[i], Mapping) and messages[i].get("role") == "assistant"
+                if _role(messages[i]) == "assistant"
             ),
             None,
         )
@@ -293,7 +295,9 @@ class DurableContext:
     async def _record_answer(
         self, turn: Turn, message: Mapping[str, Any] | None, complete: bool
     ) -> None:
-        hashes = await turn.hashes
+        if not turn.hashes.done():  # the request's record never ran (cancelled): nothing to key
+            return
+        hashes = turn.hashes.result()
         if hashes is None:
             return
         content: Any = dict(message) if message is not None else None
@@ -378,6 +382,10 @@ class Turn:
     session: str
     count: int  # messages in the request: the answer is message ``count`` of the conversation
     hashes: asyncio.Future[tuple[str, ...] | None]
+
+
+def _role(message: Any) -> object:
+    return message.get("role") if isinstance(message, Mapping) else None
 
 
 def _hashes(messages: Sequence[Any]) -> tuple[str, ...]:

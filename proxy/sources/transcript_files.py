@@ -205,10 +205,11 @@ Fetch = Callable[[int, int], Sequence[StoredRecord]]
 
 @dataclass(slots=True)
 class ExportMarks:
-    """Where each exported file was left by this process: ``(st_ino, size, lines)`` per
-    ``(root, session)``, so that checking the line count only reads what others appended since."""
+    """Where each exported file was left by this process: ``(st_ino, size, st_mtime_ns, lines)``
+    per ``(root, session)``: a file as it was left is not checked again, and the line count only
+    reads what others appended since."""
 
-    files: dict[tuple[str, str], tuple[int, int, int]]
+    files: dict[tuple[str, str], tuple[int, int, int, int]]
 
     def __init__(self) -> None:
         self.files = {}
@@ -236,9 +237,13 @@ def export_session(root: str, session: str, fetch: Fetch, marks: ExportMarks | N
             fcntl.flock(fd, fcntl.LOCK_EX)
             st = os.fstat(fd)
             size = st.st_size
-            last = _consistent_tail(fd, size, fetch)
-            if last is not None and _line_count(fd, st, marks, (root, session)) != last:
-                last = None
+            left = marks.files.get((root, session))
+            if left is not None and left[:3] == (st.st_ino, size, st.st_mtime_ns):
+                last: int | None = left[3]  # as this process left it: nobody wrote since
+            else:
+                last = _consistent_tail(fd, size, fetch)
+                if last is not None and _line_count(fd, st, marks, (root, session)) != last:
+                    last = None
             if last is None:
                 marks.files.pop((root, session), None)
                 return _rebuild(root_fd, name, fetch)
@@ -254,7 +259,8 @@ def export_session(root: str, session: str, fetch: Fetch, marks: ExportMarks | N
                 os.fsync(fd)
                 if size == 0:
                     fsync_dir(root_fd)
-            marks.files[(root, session)] = (st.st_ino, os.fstat(fd).st_size, last)
+            now = os.fstat(fd)
+            marks.files[(root, session)] = (now.st_ino, now.st_size, now.st_mtime_ns, last)
             return last
         finally:
             os.close(fd)
@@ -305,7 +311,7 @@ def _line_count(
     known = marks.files.get(key)
     start, count = 0, 0
     if known is not None and known[0] == st.st_ino and known[1] <= size:
-        start, count = known[1], known[2]
+        start, count = known[1], known[3]
     pos = start
     while pos < size:
         chunk = os.pread(fd, min(1 << 20, size - pos), pos)
