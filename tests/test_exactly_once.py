@@ -38,12 +38,22 @@ from tests.upstream import FakeUpstream
 
 T0 = "2026-12-01T10:00:00+00:00"
 HEADERS = {"x-api-key": "sk-ant-once-1", "anthropic-version": "2023-06-01"}
-TURNS = 12
+TURNS = 8
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
+    yield from _store(request.param, tmp_path)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.slow)])
+def export_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The export is the same code on either store: PostgreSQL only with --run-slow."""
+    yield from _store(request.param, tmp_path)
+
+
+def _store(param: str, tmp_path: Path) -> Iterator[str]:
+    if param == "sqlite":
         yield f"sqlite:///{tmp_path}/shared.db"
     else:
         with fresh_schema("once") as url:
@@ -60,6 +70,20 @@ def _config(tmp_path: Path, upstream_url: str, store_url: str) -> Path:
     }
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def _start(config: Path, n: int) -> list[ServeProcess]:
+    """``n`` replicas on one config, one after the other (started at once, they can outlast the
+    harness's start timeout on a busy 2-core box); one that started is stopped if a later fails."""
+    started: list[ServeProcess] = []
+    try:
+        for _ in range(n):
+            started.append(ServeProcess(config))
+    except BaseException:
+        for replica in started:
+            replica.stop()
+        raise
+    return started
 
 
 def _transcripts(tmp_path: Path) -> Path:
@@ -178,14 +202,13 @@ def test_replicas_record_each_event_once_and_pointers_name_the_stored_event(
     config = _config(tmp_path, upstream.url, store_url)
     replicas: list[ServeProcess] = []
     try:
-        for _ in range(3):
-            replicas.append(ServeProcess(config))
+        replicas.extend(_start(config, 3))
         urls = [r.url for r in replicas]
         # the same conversation: one process, two and three replicas alternating without a
         # pause; racing turns and a client retry included (the same in every run)
         runs = {"one": urls[:1], "two": urls[:2], "three": urls}
         for session, targets in runs.items():
-            _chat(targets, session, race=(3, 8), retry=(5,))
+            _chat(targets, session, race=(3, 6), retry=(5,))
         single = _events(loop_thread, store_url, "one", 2 * TURNS)
         assert len(single) == 2 * TURNS
         assert [e.event.type for e in single] == ["message", "answer"] * TURNS
@@ -224,13 +247,14 @@ def test_replicas_record_each_event_once_and_pointers_name_the_stored_event(
 
 
 def test_export_is_repaired_from_the_store_after_sigkill_deletion_truncation_and_a_wrong_line(
-    tmp_path: Path, upstream: FakeUpstream, loop_thread: LoopThread, store_url: str
+    tmp_path: Path, upstream: FakeUpstream, loop_thread: LoopThread, export_store_url: str
 ) -> None:
+    store_url = export_store_url
     config = _config(tmp_path, upstream.url, store_url)
     session = "crashy"
     path = _transcripts(tmp_path) / f"{session}.jsonl"
     messages: list[dict[str, Any]] = []
-    replicas = [ServeProcess(config), ServeProcess(config)]
+    replicas = _start(config, 2)
     turn = killed = 0
 
     def step(target: ServeProcess, text: str = "", **headers: str) -> None:
@@ -424,3 +448,34 @@ def test_a_plan_reused_across_sessions_names_only_the_new_sessions_artifacts(
         seen.setdefault(session, []).append(r.headers["x-compaction-plan"])
     # sB does not reuse sA's plan (its view would name sA); its second turn reuses its own
     assert seen == {"sA": ["new"], "sB": ["new", "reused"]}
+
+
+# --- soak: the real Claude Code session through two replicas ----------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_real_session_through_two_replicas_is_recorded_as_one_process_records_it(
+    tmp_path: Path, upstream: FakeUpstream, loop_thread: LoopThread, transcript: dict[str, Any]
+) -> None:
+    """The shared Claude Code transcript, every user turn in order (as its client sent them: the
+    recorded assistant turns come back in the next request), once through one process and once
+    alternating between two replicas on PostgreSQL with no pause: the same events."""
+    with fresh_schema("soak") as url:
+        replicas = _start(_config(tmp_path, upstream.url, url), 2)
+        try:
+            messages = transcript["messages"]
+            ends = [k for k in range(1, len(messages) + 1) if messages[k - 1]["role"] == "user"]
+            for session, targets in (("soak-one", replicas[:1]), ("soak-two", replicas)):
+                for turn, k in enumerate(ends):
+                    body = {"model": "claude-fake-1", "max_tokens": 100, "messages": messages[:k], "tools": transcript["tools"]}
+                    _post(targets[turn % len(targets)].url, session, body)
+            one = _events(loop_thread, url, "soak-one", 1)
+            two = _events(loop_thread, url, "soak-two", len(one))
+            # the client's copies of the assistant turns, not the fake answers, continue the
+            # conversation: each turn's answer and the client's next copy share one slot
+            assert _shape(two) == _shape(one)
+            assert len(one) <= len(messages) + len(ends)
+        finally:
+            for replica in replicas:
+                replica.stop()

@@ -2,13 +2,18 @@
 ``system``, and the transcript the proxy records.
 
 Durable state never passes through the lossy layers: it is read from the store, its pointers are
-re-verified against the tenant's trusted roots (in a worker thread), and the pure renderer turns
-it into one deterministic text block. Only the store's write API changes it.
+re-verified (transcripts against the store, artifacts under the tenant's trusted roots in a worker
+thread: ``proxy.sources.pointer_resolver``), and the pure renderer turns it into one
+deterministic text block. Only the store's write API changes it.
 
-Transcripts: each request's *new* messages (those after the recorded prefix) and each final
-answer become events with contiguous sequence numbers (``transcript:<session>:<seq>``), written
-to the store and exported to ``<transcript_root>/<session>.jsonl`` so that pointers resolve.
-Recording runs in background tasks, in order per session, and never delays the relay.
+Transcripts: each message of a session and each final answer is one event with a contiguous
+sequence number (``transcript:<session>:<seq>``), exactly once whatever the replicas, retries,
+racing requests or crashes: events are keyed by their place in the conversation
+(:func:`message_key`, :func:`answer_key`) and the store appends only keys it does not hold
+(``proxy.store.transcript_keys``). The store is then projected to
+``<transcript_root>/<session>.jsonl`` (``proxy.sources.transcript_files.export_session``).
+Recording runs in background tasks, in order per session, and never delays the relay. Design and
+why: docs/ARCHITECTURE.md, "Transcripts: one record of truth".
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import hashlib
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -307,7 +312,6 @@ class DurableContext:
             digest = hashlib.sha256(orjson.dumps(content)).hexdigest()[:16]
             key = f"x{turn.count}:{hashes[turn.count]}:{digest}"
         event = self._event(turn.tenant, turn.session, key, "answer", content, complete)
-        event = replace(event, role="assistant")
         recorded = await self.store.record_transcript(
             turn.tenant,
             turn.session,

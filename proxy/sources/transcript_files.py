@@ -255,6 +255,8 @@ def export_session(root: str, session: str, fetch: Fetch, marks: ExportMarks | N
                 _write_all(fd, b"".join(r.line + b"\n" for r in page))
                 last = page[-1].seq
                 written = True
+                if len(page) < _EXPORT_PAGE:
+                    break  # the store's end
             if written:
                 os.fsync(fd)
                 if size == 0:
@@ -334,6 +336,8 @@ def _rebuild(root_fd: int, name: str, fetch: Fetch) -> int:
                     break
                 _write_all(fd, b"".join(r.line + b"\n" for r in page))
                 last = page[-1].seq
+                if len(page) < _EXPORT_PAGE:
+                    break
             os.fsync(fd)
         finally:
             os.close(fd)
