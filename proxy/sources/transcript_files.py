@@ -305,9 +305,7 @@ def _consistent_tail(fd: int, size: int, fetch: Fetch) -> int | None:
     return sequence
 
 
-def _line_count(
-    fd: int, st: os.stat_result, marks: ExportMarks, key: tuple[str, str]
-) -> int:
+def _line_count(fd: int, st: os.stat_result, marks: ExportMarks, key: tuple[str, str]) -> int:
     """Complete lines in the file (read only past where this process left it, if it did)."""
     size = os.fstat(fd).st_size  # after a partial last line was cut
     known = marks.files.get(key)
