@@ -24,7 +24,9 @@ and ``fstat``-ed. Mapping:
 Tenants have their own roots, so another tenant's source is simply absent under this tenant's
 root: ``Resolution("missing", None)``, the same value as for a pointer that names nothing.
 
-Transcripts (``<root>/<session>.jsonl``). Records 1..seq are read in order (bounded: each record
+Transcripts (``<root>/<session>.jsonl``). The proxy itself verifies transcript pointers against
+the store (``proxy.sources.pointer_resolver``); this checks the JSONL export's layout, whose line
+``k`` is the store's event ``k`` byte for byte once the export is level. Records 1..seq are read in order (bounded: each record
 at most ``max_record_bytes``, at most ``max_transcript_scan_bytes`` read in total) and each must be
 UTF-8, a JSON object, with ``session_id`` equal to the pointer's session, ``sequence`` an integer
 equal to its line number (contiguous from 1) and ``event_id`` a non-empty string. A blank line is a
