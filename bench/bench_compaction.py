@@ -838,6 +838,7 @@ async def bench_reused(
     prober: Prober,
     others: Sequence[tuple[str, Child]] = (),
     others_off: bool = True,
+    session_id: str | None = None,
 ) -> dict[str, Any]:
     """``n`` measured turns in cycles of ``per_cycle``: each cycle is a fresh ~100k-token
     conversation (turn N compacts: plan ``new``), then ``warmup`` unmeasured and ``per_cycle``
@@ -846,10 +847,17 @@ async def bench_reused(
 
     ``others``: more proxy processes (label, child), e.g. another store backend or another copy
     of the code, measured in the same rotation as ``proxy`` (targets ``label`` and, with
-    ``others_off``, ``label off``): side by side, under the same noise."""
+    ``others_off``, ``label off``): side by side, under the same noise.
+
+    ``session_id``: requests carry ``x-session-id`` (the opted-out ones another id: they are
+    another conversation), so the proxy records the transcript as a client with a session has
+    it do (recording runs in the background; this measures what it costs the answer)."""
     counter = TokenCounter()
     headers = {**API_HEADERS, "x-bench-mode": "json"}
     off_headers = {**headers, "x-compaction": "off"}
+    if session_id is not None:
+        headers["x-session-id"] = session_id
+        off_headers["x-session-id"] = session_id + "-off"
     route: dict[str, tuple[str, dict[str, str], Child | None]] = {
         "direct": (urls["direct"], headers, None),
         "proxy": (urls["proxy"], headers, proxy),
@@ -2070,6 +2078,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "before a change), measured in the same rotation in part 2",
     )
     p.add_argument("--compare-label", default="compare", help="its label in the report")
+    p.add_argument(
+        "--session",
+        metavar="ID",
+        help="part 2: send x-session-id ID (transcripts recorded, durable context read), as a "
+        "client with a session does; default: no session",
+    )
     p.add_argument("--_role", choices=["upstream", "prober", "sdkprobe"], help=argparse.SUPPRESS)
     p.add_argument("--url", help=argparse.SUPPRESS)
     p.add_argument("--interval", type=float, help=argparse.SUPPRESS)
@@ -2131,8 +2145,10 @@ async def run_servers_parts(
                     upstream,
                     probers[0],
                     others,
+                    session_id=args.session,
                 )
                 out["reused"]["main_label"] = main_label
+                out["reused"]["session"] = args.session
             if "stall" in only:
                 print(
                     f"- 3. healthz during {args.cold_trials} cold ~200k-token request(s) "

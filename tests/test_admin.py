@@ -29,9 +29,8 @@ from proxy.core.render import render_state
 from proxy.server.admin import add_admin_routes
 from proxy.server.appkeys import RESOLVER, STORE, TENANCY, TenancyHolder
 from proxy.sources.artifact_files import write_artifact
+from proxy.sources.pointer_resolver import PointerResolver
 from proxy.sources.resolver import SourceResolver
-from proxy.sources.transcript_files import TranscriptEvent as FileEvent
-from proxy.sources.transcript_files import append_events
 from proxy.store import Store, TranscriptEvent, open_store
 from proxy.tenants import Tenant, load_tenancy
 from tests.harness import LoopThread, ProxyServer, proxy_config
@@ -719,21 +718,20 @@ def _resolutions_without_excerpts(admin: Admin, tenant: Tenant, session: str) ->
     state = admin.state(tenant, session)
     items: tuple[Item, ...] = (*state.facts, *state.pending, *state.evidence)
     pointers = sorted({i.source for i in items})
-    return dict(zip(pointers, SourceResolver().resolve_many(pointers, tenant.sources), strict=True))
+    resolver = PointerResolver(admin.store, SourceResolver())
+    found = admin.run(resolver.resolve_many(tenant.name, tenant.sources, pointers))
+    return dict(zip(pointers, found, strict=True))
 
 
 def test_preview_is_the_injected_block_with_excerpts_only_beside_it(admin: Admin) -> None:
     acme = admin.acme
     assert acme.sources.transcript_root is not None and acme.sources.artifact_root is not None
-    (transcript,) = append_events(
-        acme.sources.transcript_root,
-        "s1",
-        [
-            FileEvent(
-                "evt-1", "message", "user", [{"type": "text", "text": f"deploy with {CANARY}"}], T0
-            ),
-        ],
+    # Transcript pointers are verified against the store (the record of truth), not a file.
+    event = TranscriptEvent(
+        "evt-1", T0, "message", "user", [{"type": "text", "text": f"deploy with {CANARY}"}], True
     )
+    first = admin.run(admin.store.append_transcript(acme.name, "s1", [event], 1, "h1"))
+    transcript = f"transcript:s1:{first}"
     artifact = write_artifact(
         acme.sources.artifact_root, "s1", "out.txt", f"tool said {CANARY}\n".encode()
     )
@@ -870,7 +868,15 @@ def test_transcript_pages_by_seq(admin: Admin) -> None:
         "complete": True,
         "prefix_count": 5,
         "prefix_hash": "hash-5",
+        "evidence_sha256": page["events"][0]["evidence_sha256"],
     }
+    # The page's digest is the one the pointer resolves to (both from the store's event).
+    preview_resolver = PointerResolver(admin.store, SourceResolver())
+    resolved = admin.run(
+        preview_resolver.resolve(admin.acme.name, admin.acme.sources, "transcript:s1:1")
+    )
+    assert resolved.status == "available"
+    assert resolved.evidence_sha256 == page["events"][0]["evidence_sha256"]
     page = admin.call("GET", url, params={"after": 2, "limit": 2}).json()
     assert [e["seq"] for e in page["events"]] == [3, 4] and page["next_after"] == 4
     page = admin.call("GET", url, params={"after": 4, "limit": 2}).json()

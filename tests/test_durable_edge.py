@@ -179,14 +179,14 @@ def test_recording_does_not_delay_the_answer(upstream: FakeUpstream, proxy: Prox
     """Transcript writes happen after the answer: a store that takes 2 s per append does not hold
     the client for 2 s, and the events still land, in order."""
     store = proxy.app[STORE]
-    original = store.append_transcript
+    original = store.record_transcript
     gate = asyncio.Event()
 
-    async def slow_append(*args: Any, **kwargs: Any) -> int:
+    async def slow_append(*args: Any, **kwargs: Any) -> Any:
         await asyncio.wait_for(gate.wait(), 2.0)
         return await original(*args, **kwargs)
 
-    store.append_transcript = slow_append  # type: ignore[method-assign]
+    store.record_transcript = slow_append  # type: ignore[method-assign]
     try:
         client = _client(proxy, "fast-1")
         started = time.monotonic()
@@ -197,7 +197,7 @@ def test_recording_does_not_delay_the_answer(upstream: FakeUpstream, proxy: Prox
         loop_thread.loop.call_soon_threadsafe(gate.set)
         loop_thread.run(proxy.app[DURABLE].drain())
     finally:
-        store.append_transcript = original  # type: ignore[method-assign]
+        store.record_transcript = original  # type: ignore[method-assign]
     events = loop_thread.run(store.transcript_events("default", "fast-1"))
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert [e.event.type for e in events][:2] == ["message", "answer"]

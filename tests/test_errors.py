@@ -269,9 +269,11 @@ def test_canary_key_never_appears_in_logs(upstream: FakeUpstream, make_proxy: An
     assert KEY not in httpx.get(proxy.url + "/metrics").text
 
 
-def test_a_body_nested_too_deep_to_write_back_is_forwarded_as_it_came(upstream: FakeUpstream, proxy: ProxyServer) -> None:
-    """Valid JSON nested deeper than orjson writes (254 levels) cannot be hashed or counted:
-    forwarded untouched, compaction reported as not applied -- never a 500."""
+def test_a_body_nested_too_deep_is_a_clear_400(upstream: FakeUpstream, proxy: ProxyServer) -> None:
+    """Valid JSON nested deeper than the proxy's bound (128 levels; orjson writes 254) is refused
+    with a 400 that names where, before anything is forwarded or recorded -- never a 500, never
+    a request that is answered but silently not recorded (tests/test_exactly_once.py has every
+    position)."""
     deep: Any = "x"
     for _ in range(300):
         deep = [deep]
@@ -281,11 +283,14 @@ def test_a_body_nested_too_deep_to_write_back_is_forwarded_as_it_came(upstream: 
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]},
     ]
     raw = json.dumps({"model": "m", "max_tokens": 5, "messages": messages}).encode()
-    upstream.script(Reply(message_json("ok")))
+    before = len(upstream.requests)
     r = httpx.post(proxy.url + "/v1/messages", content=raw, headers={"x-api-key": KEY, "x-session-id": "deep-1"})
-    assert r.status_code == 200, r.text
-    assert upstream.requests[-1].body == raw
-    assert r.headers["x-compaction-layers"] == "none" and r.headers["x-compaction-plan"] == "none"
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert error["message"].startswith("messages.1.content.0.input.v.0.0.")
+    assert "nested deeper than 128 levels" in error["message"]
+    assert len(upstream.requests) == before
 
 
 def test_an_unexpected_failure_is_an_anthropic_shaped_500(

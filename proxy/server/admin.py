@@ -43,7 +43,6 @@ Decisions:
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import re
@@ -88,6 +87,8 @@ from proxy.errors import (
 )
 from proxy.server.appkeys import RESOLVER, STORE, TENANCY
 from proxy.server.forward import read_limited
+from proxy.sources.pointer_resolver import PointerResolver
+from proxy.sources.transcript_records import record_sha256
 from proxy.store.base import HistoryEntry, RecordedEvent, Store, StoreError
 from proxy.tenants import Tenant
 
@@ -307,6 +308,7 @@ def _event_json(recorded: RecordedEvent) -> dict[str, Any]:
         "complete": event.complete,
         "prefix_count": recorded.prefix_count,
         "prefix_hash": recorded.prefix_hash,
+        "evidence_sha256": record_sha256(recorded),
     }
 
 
@@ -575,10 +577,11 @@ async def get_preview(request: web.Request, tenant: Tenant) -> web.StreamRespons
     items: tuple[Item, ...] = (*state.facts, *state.pending, *state.evidence)
     pointers = sorted({item.source for item in items})
     try:
-        resolutions = await asyncio.to_thread(
-            request.app[RESOLVER].resolve_many, pointers, tenant.sources, excerpt=True
+        pointer_resolver = PointerResolver(request.app[STORE], request.app[RESOLVER])
+        resolutions = await pointer_resolver.resolve_many(
+            tenant.name, tenant.sources, pointers, excerpt=True
         )
-    except OSError as exc:  # resources (EMFILE...), not a property of a source
+    except (OSError, StoreError) as exc:  # resources (EMFILE...), not a property of a source
         log.warning("[admin] sources could not be resolved: %s", type(exc).__name__)
         raise AdminUnavailable("the sources could not be resolved; retry later") from None
     by_pointer = dict(zip(pointers, resolutions, strict=True))

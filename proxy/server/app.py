@@ -17,6 +17,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.config import Config
+from proxy.core.nesting import MAX_DEPTH, nesting_violation
 from proxy.core.protocol import scan_messages
 from proxy.core.reparse import BodyMemo, Parsed
 from proxy.errors import (
@@ -216,6 +217,11 @@ def parse_messages_body(text: bytes, memo: BodyMemo | None = None, scope: str = 
     try:
         parsed = memo.parse(scope, text) if memo is not None else Parsed(orjson.loads(text), text, scope)
     except orjson.JSONDecodeError as exc:
+        if str(exc).startswith("depth limit exceeded"):
+            raise InvalidRequest(
+                f"request body is not valid JSON: nested deeper than {MAX_DEPTH} levels (the"
+                f" proxy's limit for a request body; {exc})"
+            ) from None
         raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
     body = parsed.body
     if not isinstance(body, dict):
@@ -247,6 +253,9 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     body = parsed.body
     n = len(body["messages"])
     keep = range(max(0, n - CHECKPOINTS_KEPT), n + 1) if parsed.rememberable else ()
+    too_deep = nesting_violation(body, parsed.reused)
+    if too_deep is not None:
+        raise InvalidRequest(too_deep)
     violation, checkpoints = scan_messages(body["messages"], parsed.checkpoint, keep)
     if violation is not None:
         raise InvalidRequest(violation.message)
@@ -283,7 +292,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     recording = session is not None and route == "messages"
     if recording:
         assert session is not None
-        durable.record_request(tenant, sources, session, body["messages"])
+        turn = durable.record_request(tenant, sources, session, body["messages"])
     if prepared.changed:
         headers.popall("Content-Encoding", None)  # a re-serialised body is sent as identity
     forwarder = app[FORWARDER]
@@ -317,9 +326,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             )
         finally:
             if answer is not None:
-                assert session is not None
-                message = answer.message()
-                durable.record_answer(tenant, sources, session, message, answer.stopped)
+                durable.record_answer(turn, answer.message(), answer.stopped)
     if outcome.completed and outcome.status == 200:
         tap.close()
         service.observe(prepared.calibration_key, prepared.estimate, tap.input_tokens)

@@ -104,6 +104,26 @@ def _compacts_anew(outcome: Done | NeedsSummary) -> bool:
     return not isinstance(outcome, Done) or outcome.result.plan_status == "new"
 
 
+_SCOPE_SEPARATOR = "\x1f"
+
+
+def plan_scope(tenant: str, artifact_session: str | None) -> str:
+    """Whose plans a request may reuse. A plan whose view names artifacts names one session's
+    (``artifact:<session>:...`` in its truncation markers), so with artifacts on, plans belong to
+    the session: the same history sent as another session compacts afresh (same layers, the same
+    shared summary from the store, its own artifacts and pointers). Without artifacts, a plan
+    names nothing and the tenant's sessions share it."""
+    if artifact_session is None:
+        return tenant
+    return f"{tenant}{_SCOPE_SEPARATOR}{artifact_session}"
+
+
+def _stored_as(scope: str) -> tuple[str, str]:
+    """The store tenant of a plan scope and the prefix of its keys there (per session)."""
+    tenant, _, session = scope.partition(_SCOPE_SEPARATOR)
+    return tenant, f"{session}/" if session else ""
+
+
 def summary_key(request: SummaryRequest) -> str:
     """The store key of a summary: the same history to summarise (same prompt, model and
     rendered text) is the same key on every replica."""
@@ -208,6 +228,7 @@ class CompactionService:
             return Prepared(as_sent, changed_by_edge, report, key, None)
 
         ratio = await self._ratio(tenant, model, key)
+        scope = plan_scope(tenant, artifact_session)
         request = CompactionInput(
             system=body.get("system"),
             tools=body.get("tools"),
@@ -220,9 +241,9 @@ class CompactionService:
             offload = len(as_sent) > config.offload_bytes and not self._seen_before(
                 body["messages"], config.offload_bytes
             )
-            await self._prefetch_plans(tenant, request.messages)
+            await self._prefetch_plans(scope, request.messages)
             outcome = await self._off_loop(
-                offload, compact, request, policy, self.counter, self.plans, tenant
+                offload, compact, request, policy, self.counter, self.plans, scope
             )
         except orjson.JSONEncodeError:
             # Valid JSON that orjson cannot write back (nested deeper than its 254 levels):
@@ -232,14 +253,14 @@ class CompactionService:
             report = _headers(0, 0, "none", "none", "skipped", None)
             return Prepared(as_sent, changed_by_edge, report, key, None)
         if _compacts_anew(outcome) and await self._prefetch_plans(
-            tenant, request.messages, refresh=True
+            scope, request.messages, refresh=True
         ):
             # Another replica compacted this conversation since this one last looked: its
             # (newer) plan is what every replica must forward from now on, not the one just made.
             if isinstance(outcome, Done) and outcome.result.plan is not None:
                 self.plans.discard(outcome.result.plan)
             outcome = await self._off_loop(
-                offload, compact, request, policy, self.counter, self.plans, tenant
+                offload, compact, request, policy, self.counter, self.plans, scope
             )
         if not isinstance(outcome, Done):
             summary = await self._summary_once(
@@ -274,7 +295,7 @@ class CompactionService:
         forwarded = orjson.dumps({**body, "messages": result.messages})
         return Prepared(forwarded, True, report, key, estimate, result)
 
-    async def _prefetch_plans(self, tenant: str, messages: Any, *, refresh: bool = False) -> bool:
+    async def _prefetch_plans(self, scope: str, messages: Any, *, refresh: bool = False) -> bool:
         """Read through to the store: a conversation another replica compacted has its plans
         there. Only when the cache holds none for the conversation (its anchor: a hash of
         ``messages[0]``), or with ``refresh`` (this request is about to compact: the plans
@@ -287,11 +308,12 @@ class CompactionService:
             anchor = prefix_hashes(messages[:1])[1]
         except (TypeError, ValueError):
             return False  # not JSON: compaction will not plan it either
-        known = {plan.prefix_hash for plan in self.plans.plans(tenant, anchor)}
+        known = {plan.prefix_hash for plan in self.plans.plans(scope, anchor)}
+        tenant, salt = _stored_as(scope)
         if known and not refresh:
             return False
         try:
-            stored = await store.plans_for(tenant, anchor)
+            stored = await store.plans_for(tenant, salt + anchor)
         except (StoreError, InvalidWrite) as exc:
             log.warning("[compact] plans not read from the store: %s", type(exc).__name__)
             return False
@@ -302,7 +324,7 @@ class CompactionService:
             except ValueError:
                 log.warning("[compact] a stored plan is malformed; ignored")
                 continue
-            if plan.tenant == tenant and plan.anchor == anchor and plan.prefix_hash not in known:
+            if plan.tenant == scope and plan.anchor == anchor and plan.prefix_hash not in known:
                 self.plans.put(plan)
                 added = True
         return added
@@ -313,9 +335,10 @@ class CompactionService:
         if store is None:
             return
         mine = plan.to_json().decode()
+        tenant, salt = _stored_as(plan.tenant)
         try:
             stored = await store.put_plan(
-                plan.tenant, plan.anchor, plan.prefix_hash, plan.prefix_len, mine
+                tenant, salt + plan.anchor, salt + plan.prefix_hash, plan.prefix_len, mine
             )
         except (StoreError, InvalidWrite) as exc:
             log.warning("[compact] plan not stored: %s", type(exc).__name__)

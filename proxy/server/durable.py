@@ -2,20 +2,25 @@
 ``system``, and the transcript the proxy records.
 
 Durable state never passes through the lossy layers: it is read from the store, its pointers are
-re-verified against the tenant's trusted roots (in a worker thread), and the pure renderer turns
-it into one deterministic text block. Only the store's write API changes it.
+re-verified (transcripts against the store, artifacts under the tenant's trusted roots in a worker
+thread: ``proxy.sources.pointer_resolver``), and the pure renderer turns it into one
+deterministic text block. Only the store's write API changes it.
 
-Transcripts: each request's *new* messages (those after the recorded prefix) and each final
-answer become events with contiguous sequence numbers (``transcript:<session>:<seq>``), written
-to the store and exported to ``<transcript_root>/<session>.jsonl`` so that pointers resolve.
-Recording runs in background tasks, in order per session, and never delays the relay.
+Transcripts: each message of a session and each final answer is one event with a contiguous
+sequence number (``transcript:<session>:<seq>``), exactly once whatever the replicas, retries,
+racing requests or crashes: events are keyed by their place in the conversation
+(:func:`message_key`, :func:`answer_key`) and the store appends only keys it does not hold
+(``proxy.store.transcript_keys``). The store is then projected to
+``<transcript_root>/<session>.jsonl`` (``proxy.sources.transcript_files.export_session``).
+Recording runs in background tasks, in order per session, and never delays the relay. Design and
+why: docs/ARCHITECTURE.md, "Transcripts: one record of truth".
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
-import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,24 +30,31 @@ from typing import Any
 import orjson
 from multidict import CIMultiDictProxy
 
-from proxy.core.compaction import CompactionResult, Truncated, prefix_hashes
+from proxy.core.compaction import CompactionResult, Truncated
+from proxy.core.compaction.digest import digests
 from proxy.core.compaction.truncate import artifact_of
 from proxy.core.compaction.view import blocks_of
+from proxy.core.durable import InvalidWrite
 from proxy.core.pointers import is_valid_session_id
 from proxy.core.render import render_state, render_unavailable
 from proxy.errors import InvalidRequest
 from proxy.sources.artifact_files import write_artifact
+from proxy.sources.pointer_resolver import PointerResolver
 from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import SourceResolver
-from proxy.sources.transcript_files import TranscriptEvent as FileEvent
-from proxy.sources.transcript_files import append_events
-from proxy.store.base import Store, StoreError, TranscriptEvent
+from proxy.sources.transcript_files import ExportMarks, StoredRecord, export_session
+from proxy.sources.transcript_records import record_bytes
+from proxy.store.base import Prefix, Store, StoreError, TranscriptEvent
+from proxy.store.transcript_keys import KeyedEvent, Recorded
 
 log = logging.getLogger("context_proxy.durable")
 
 SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id")
-# Suffix of the recorded prefix hash: the session's last event is an answer.
+# Suffix of a prefix hash recorded before migration 4 (the session's last event was an answer).
 ANSWERED = "+answered"
+# How long, in the background, a request's recording waits for the answer its history carries
+# back to be recorded by the replica that relayed it (see ``DurableContext._await_answer``).
+ANSWER_WAIT_SECONDS = 2.0
 STATUSES = ("available", "missing", "denied", "corrupt", "unsupported")
 
 
@@ -101,8 +113,12 @@ class DurableContext:
     def __init__(self, store: Store, resolver: SourceResolver) -> None:
         self.store = store
         self.resolver = resolver
+        self.pointers = PointerResolver(store, resolver)
         self._chains: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._exports: dict[tuple[str, str, str], asyncio.Task[None]] = {}
+        self._export_again: set[tuple[str, str, str]] = set()
+        self._marks = ExportMarks()
 
     async def injection(self, tenant: str, policy: SourcePolicy, session: str) -> Injection:
         try:
@@ -116,7 +132,11 @@ class DurableContext:
         if not sources:
             return Injection(None, {}, True)
         pointers = sorted(set(sources))
-        resolutions = await asyncio.to_thread(self.resolver.resolve_many, pointers, policy)
+        try:
+            resolutions = await self.pointers.resolve_many(tenant, policy, pointers)
+        except StoreError as exc:
+            log.warning("[durable] store unavailable for a pointer check: %s", type(exc).__name__)
+            return Injection(render_unavailable(), {}, False)
         counts: dict[str, int] = dict(Counter(r.status for r in resolutions))
         block = render_state(state, dict(zip(pointers, resolutions, strict=True)))
         return Injection(block, counts, True)
@@ -173,36 +193,27 @@ class DurableContext:
 
     def record_request(
         self, tenant: str, policy: SourcePolicy, session: str, messages: Sequence[Any]
-    ) -> None:
-        """Record the request's new messages, in the background, after earlier records."""
-        self._chain(tenant, session, self._record_messages(tenant, policy, session, messages))
+    ) -> Turn:
+        """Record the request's new messages, in the background, after earlier records; the
+        returned turn is what ``record_answer`` needs."""
+        turn = Turn(
+            tenant, policy, session, len(messages), asyncio.get_running_loop().create_future()
+        )
+        self._chain(tenant, session, self._record_messages(turn, messages))
+        return turn
 
-    def record_answer(
-        self,
-        tenant: str,
-        policy: SourcePolicy,
-        session: str,
-        message: Mapping[str, Any] | None,
-        complete: bool,
-    ) -> None:
-        content: Any = dict(message) if message is not None else None
-        event = TranscriptEvent(
-            event_id=f"evt_{uuid.uuid4().hex}",
-            recorded_at=_now(),
-            type="answer",
-            role="assistant",
-            content=content,
-            complete=complete,
-        )
-        answered = message is not None
-        self._chain(
-            tenant, session, self._append(tenant, policy, session, [event], None, answered=answered)
-        )
+    def record_answer(self, turn: Turn, message: Mapping[str, Any] | None, complete: bool) -> None:
+        """Record the final answer (``complete``: the stream ended with ``message_stop``)."""
+        self._chain(turn.tenant, turn.session, self._record_answer(turn, message, complete))
 
     async def drain(self) -> None:
-        """Wait for every pending record (shutdown, tests)."""
+        """Wait for every pending record and export (shutdown, tests)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _chain(self, tenant: str, session: str, work: Any) -> None:
         key = (tenant, session)
@@ -213,84 +224,191 @@ class DurableContext:
                 await asyncio.gather(previous, return_exceptions=True)
             try:
                 await work
+            except InvalidWrite as exc:  # field names and fixed texts only: no content
+                log.warning("[durable] transcript not recorded: InvalidWrite (%s)", exc)
             except (StoreError, OSError, ValueError) as exc:
                 log.warning("[durable] transcript not recorded: %s", type(exc).__name__)
 
         task = asyncio.get_running_loop().create_task(run())
         self._chains[key] = task
-        self._tasks.add(task)
+        self._track(task)
 
         def done(t: asyncio.Task[None]) -> None:
-            self._tasks.discard(t)
             if self._chains.get(key) is t:
                 del self._chains[key]
 
         task.add_done_callback(done)
 
-    async def _record_messages(
-        self, tenant: str, policy: SourcePolicy, session: str, messages: Sequence[Any]
-    ) -> None:
+    async def _record_messages(self, turn: Turn, messages: Sequence[Any]) -> None:
+        try:
+            hashes = await asyncio.to_thread(_hashes, messages)
+        except BaseException:
+            turn.hashes.set_result(None)
+            raise
+        turn.hashes.set_result(hashes)
         if not messages:
             return
-        hashes = await asyncio.to_thread(prefix_hashes, messages)
-        recorded = await self.store.recorded_prefix(tenant, session)
-        answered = recorded.hash.endswith(ANSWERED)
-        recorded_hash = recorded.hash.removesuffix(ANSWERED)
-        start = 0
-        if 0 < recorded.count <= len(messages) and hashes[recorded.count] == recorded_hash:
-            start = recorded.count
-            # The first new message is usually our own answer coming back: recorded already.
-            if answered and start < len(messages) and messages[start].get("role") == "assistant":
-                start += 1
-        new = messages[start:]
-        if not new:
-            return
-        recorded_at = _now()
-        events = [
-            TranscriptEvent(
-                event_id=f"evt_{uuid.uuid4().hex}",
-                recorded_at=recorded_at,
-                type="message",
-                role=str(message.get("role", "")),
-                content=message.get("content"),
-                complete=True,
+        tenant, session = turn.tenant, turn.session
+        head = await self.store.recorded_prefix(tenant, session)
+        count, recorded = head.count, head.hash.removesuffix(ANSWERED)
+        start = count if 0 < count <= len(messages) and hashes[count] == recorded else 0
+        if start and head.hash.endswith(ANSWERED) and _role(messages[start]) == "assistant":
+            start += 1  # recorded before migration 4 (no key): that answer is its event
+        keyed = [
+            KeyedEvent(key, self._event(tenant, session, key, "message", message, True))
+            for key, message in (
+                (message_key(i, messages[i], hashes), messages[i])
+                for i in range(start, len(messages))
             )
-            for message in new
         ]
-        await self._append(tenant, policy, session, events, (len(messages), hashes[-1]))
+        if not keyed:  # a retry of a recorded request: nothing new
+            return
+        if count > 0:
+            await self._await_answer(tenant, session, messages, hashes, start)
+        recorded_now = await self.store.record_transcript(
+            tenant, session, keyed, Prefix(len(messages), hashes[-1])
+        )
+        self._exported(turn, recorded_now)
 
-    async def _append(
-        self,
-        tenant: str,
-        policy: SourcePolicy,
-        session: str,
-        events: list[TranscriptEvent],
-        prefix: tuple[int, str] | None,
-        *,
-        answered: bool = False,
+    async def _await_answer(
+        self, tenant: str, session: str, messages: Sequence[Any], hashes: Sequence[str], start: int
     ) -> None:
-        if prefix is None:
-            current = await self.store.recorded_prefix(tenant, session)
-            prefix = (current.count, current.hash.removesuffix(ANSWERED))
-        if answered:
-            # Kept in the store, not in a process, so the replica that gets the next request
-            # (whose history carries this answer back) knows not to record it twice.
-            prefix = (prefix[0], prefix[1] + ANSWERED)
-        first = await self.store.append_transcript(tenant, session, events, prefix[0], prefix[1])
-        if policy.transcript_root is None:
+        """The latest assistant message followed by the client's next turn is usually the
+        answer another replica (or this one) is recording right now: wait a moment for it, so
+        that it is recorded as that answer, before the messages after it (every replica records
+        the same events in the same order). Background only; bounded by ``ANSWER_WAIT_SECONDS``."""
+        last = next(
+            (
+                i
+                for i in range(len(messages) - 2, start - 1, -1)
+                if _role(messages[i]) == "assistant"
+            ),
+            None,
+        )
+        if last is None:
             return
-        exported = [
-            FileEvent(
-                event_id=e.event_id,
-                type=e.type if e.complete else f"{e.type}.incomplete",
-                role=e.role,
-                content=e.content,
-                recorded_at=e.recorded_at,
-            )
-            for e in events
-        ]
-        root = policy.transcript_root
-        pointers = await asyncio.to_thread(append_events, root, session, exported)
-        expected = f"transcript:{session}:{first}"
-        if pointers and pointers[0] != expected:
-            log.warning("[durable] transcript export out of step with the store")
+        slot = answer_key(last, hashes)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ANSWER_WAIT_SECONDS
+        pause = 0.01
+        while not await self.store.transcript_keys_held(tenant, session, [slot]):
+            if loop.time() + pause > deadline:
+                return
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.2)
+
+    async def _record_answer(
+        self, turn: Turn, message: Mapping[str, Any] | None, complete: bool
+    ) -> None:
+        if not turn.hashes.done():  # the request's record never ran (cancelled): nothing to key
+            return
+        hashes = turn.hashes.result()
+        if hashes is None:
+            return
+        content: Any = dict(message) if message is not None else None
+        if message is not None and complete:
+            key = answer_key(turn.count, hashes)
+        else:  # a cut answer is kept, but never stands for the turn's answer
+            digest = hashlib.sha256(orjson.dumps(content)).hexdigest()[:16]
+            key = f"x{turn.count}:{hashes[turn.count]}:{digest}"
+        event = self._event(turn.tenant, turn.session, key, "answer", content, complete)
+        recorded = await self.store.record_transcript(
+            turn.tenant,
+            turn.session,
+            [KeyedEvent(key, event)],
+            Prefix(turn.count, hashes[turn.count]),
+        )
+        self._exported(turn, recorded)
+
+    @staticmethod
+    def _event(
+        tenant: str, session: str, key: str, kind: Any, message: Any, complete: bool
+    ) -> TranscriptEvent:
+        if kind == "answer":
+            role, content = "assistant", message
+        else:
+            role = str(message.get("role", "")) if isinstance(message, Mapping) else ""
+            content = message.get("content") if isinstance(message, Mapping) else message
+        identity = hashlib.sha256(f"{tenant}\0{session}\0{key}".encode()).hexdigest()[:32]
+        return TranscriptEvent(
+            event_id=f"evt_{identity}",
+            recorded_at=_now(),
+            type=kind,
+            role=role or "unknown",
+            content=content,
+            complete=complete,
+        )
+
+    # -- the JSONL export: a projection of the store ---------------------------------------
+
+    def _exported(self, turn: Turn, recorded: Recorded) -> None:
+        root = turn.policy.transcript_root
+        if root is None or not recorded.seqs:
+            return
+        key = (turn.tenant, turn.session, root)
+        if key in self._exports:
+            self._export_again.add(key)
+            return
+        task = asyncio.get_running_loop().create_task(self._export(*key))
+        self._exports[key] = task
+        self._track(task)
+
+    async def _export(self, tenant: str, session: str, root: str) -> None:
+        key = (tenant, session, root)
+        loop = asyncio.get_running_loop()
+
+        def fetch(after: int, limit: int) -> list[StoredRecord]:
+            events = asyncio.run_coroutine_threadsafe(
+                self.store.transcript_events(tenant, session, after, limit), loop
+            ).result()
+            return [StoredRecord(e.seq, e.event.event_id, record_bytes(e)) for e in events]
+
+        try:
+            while True:
+                self._export_again.discard(key)
+                try:
+                    await asyncio.to_thread(export_session, root, session, fetch, self._marks)
+                except (StoreError, OSError, ValueError) as exc:
+                    log.warning("[durable] transcript export failed: %s", type(exc).__name__)
+                    return
+                if key not in self._export_again:
+                    return
+        finally:
+            self._exports.pop(key, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A request being recorded: what its answer needs (the request's prefix hashes)."""
+
+    tenant: str
+    policy: SourcePolicy
+    session: str
+    count: int  # messages in the request: the answer is message ``count`` of the conversation
+    hashes: asyncio.Future[tuple[str, ...] | None]
+
+
+def _role(message: Any) -> object:
+    return message.get("role") if isinstance(message, Mapping) else None
+
+
+def _hashes(messages: Sequence[Any]) -> tuple[str, ...]:
+    """``prefix_hashes`` of the messages (through the digests a re-sent body carries)."""
+    return digests(messages, hashed=True).hashes
+
+
+def message_key(position: int, message: Any, hashes: Sequence[str]) -> str:
+    """The idempotency key of message ``position`` of the conversation ``hashes`` describes.
+
+    An assistant message is keyed by the conversation before it (``a<pos>:<hash of 0..pos-1>``):
+    it is the one answer to that conversation, whether the proxy recorded it from the stream or
+    the client sent it back (whichever is recorded first stands; the client's copy differs in
+    bytes). Any other message is keyed by the conversation through it (``m<pos>:<hash of
+    0..pos>``): an edited or new message is a new event, the same one re-sent is not."""
+    if isinstance(message, Mapping) and message.get("role") == "assistant":
+        return answer_key(position, hashes)
+    return f"m{position}:{hashes[position + 1]}"
+
+
+def answer_key(position: int, hashes: Sequence[str]) -> str:
+    return f"a{position}:{hashes[position]}"

@@ -24,7 +24,9 @@ and ``fstat``-ed. Mapping:
 Tenants have their own roots, so another tenant's source is simply absent under this tenant's
 root: ``Resolution("missing", None)``, the same value as for a pointer that names nothing.
 
-Transcripts (``<root>/<session>.jsonl``). Records 1..seq are read in order (bounded: each record
+Transcripts (``<root>/<session>.jsonl``). The proxy itself verifies transcript pointers against
+the store (``proxy.sources.pointer_resolver``); this checks the JSONL export's layout, whose line
+``k`` is the store's event ``k`` byte for byte once the export is level. Records 1..seq are read in order (bounded: each record
 at most ``max_record_bytes``, at most ``max_transcript_scan_bytes`` read in total) and each must be
 UTF-8, a JSON object, with ``session_id`` equal to the pointer's session, ``sequence`` an integer
 equal to its line number (contiguous from 1) and ``event_id`` a non-empty string. A blank line is a
@@ -392,6 +394,56 @@ class SourceResolver:
         finally:
             walk.close()
         return tuple(out)
+
+    def read(self, pointer_text: object, policy: SourcePolicy) -> tuple[Resolution, bytes | None]:
+        """An artifact's resolution and, when ``available``, the bytes that were hashed (read
+        once, within ``max_artifact_bytes``). Transcript pointers are not read here (the store
+        holds them: ``proxy.sources.pointer_resolver``): ``unsupported``."""
+        pointer = parse_pointer(pointer_text)
+        if isinstance(pointer, BadPointer):
+            return _BY_STATUS[pointer.status], None
+        if not isinstance(pointer, ArtifactPointer):
+            return _BY_STATUS["unsupported"], None
+        if not authorise(pointer, policy):
+            return _DENIED, None
+        root = policy.root_for(pointer)
+        if root is None:
+            return _DENIED, None
+        walk = _Walk(self._opener)
+        try:
+            parts, name = locate(pointer)
+            directory = walk.directory(root, parts)
+            if isinstance(directory, str):
+                return _BY_STATUS[directory], None
+            opened = walk.open_file(directory, name)
+            if isinstance(opened, str):
+                return _BY_STATUS[opened], None
+            fd, st = opened
+            try:
+                if st.st_size > self.limits.max_artifact_bytes:
+                    return _CORRUPT, None
+                chunks: list[bytes] = []
+                total = 0
+                while True:
+                    try:
+                        chunk = os.read(fd, self.limits.artifact_chunk_bytes)
+                    except OSError as exc:
+                        return _BY_STATUS[_status_of(exc)], None
+                    if not chunk:
+                        break
+                    total += len(chunk)
+                    if total > self.limits.max_artifact_bytes:
+                        return _CORRUPT, None
+                    chunks.append(chunk)
+            finally:
+                os.close(fd)
+        finally:
+            walk.close()
+        data = b"".join(chunks)
+        digest = hashlib.sha256(data).hexdigest()
+        if not digest.startswith(pointer.digest):
+            return _CORRUPT, None
+        return Resolution("available", digest), data
 
     def _resolve(
         self, pointer_text: object, policy: SourcePolicy, excerpt: bool, walk: _Walk

@@ -1,5 +1,13 @@
 """Write a session's transcript as ``<root>/<session>.jsonl``, the layout the resolver verifies.
 
+The proxy itself writes the file only with :func:`export_session`: a projection of the store
+(the record of truth) that carries the store's sequence numbers and byte form
+(``transcript_records.record_bytes``), is idempotent (running it twice writes nothing the second
+time) and repairs itself: a file deleted, truncated, cut mid-line by a crash, or ending in a line
+that is not the store's event at that sequence is caught up or rebuilt from the store. Pointers
+never depend on it (``pointer_resolver`` verifies transcripts against the store).
+:func:`append_events` (numbering its own lines) is kept for tools and tests of the file layout.
+
 One JSON object per line, in this key order::
 
     {"schema_version": 1, "sequence": 1, "recorded_at": "...", "session_id": "...",
@@ -20,10 +28,12 @@ Append-only and crash-tolerant:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import secrets
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import orjson
@@ -36,7 +46,14 @@ from proxy.core.pointers import (
 )
 from proxy.sources.layout import fsync_dir, open_root_for_writing, transcript_file_name
 
-__all__ = ["SCHEMA_VERSION", "TranscriptEvent", "append_events"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "ExportMarks",
+    "StoredRecord",
+    "TranscriptEvent",
+    "append_events",
+    "export_session",
+]
 
 SCHEMA_VERSION = 1
 _WRITE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
@@ -164,3 +181,168 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+# -- the store's projection ----------------------------------------------------------------------
+
+_EXPORT_PAGE = 200
+_MAX_TAIL_BYTES = 256 << 20  # a last line longer than this is not read back: the file is rebuilt
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One event as the store holds it: its sequence number, id and record bytes."""
+
+    seq: int
+    event_id: str
+    line: bytes  # ``record_bytes``: no newline
+
+
+Fetch = Callable[[int, int], Sequence[StoredRecord]]
+"""``fetch(after_seq, limit)``: the store's events after ``after_seq``, in order (blocking)."""
+
+
+@dataclass(slots=True)
+class ExportMarks:
+    """Where each exported file was left by this process: ``(st_ino, size, st_mtime_ns, lines)``
+    per ``(root, session)``: a file as it was left is not checked again, and the line count only
+    reads what others appended since."""
+
+    files: dict[tuple[str, str], tuple[int, int, int, int]]
+
+    def __init__(self) -> None:
+        self.files = {}
+
+
+def export_session(root: str, session: str, fetch: Fetch, marks: ExportMarks | None = None) -> int:
+    """Bring ``<root>/<session>.jsonl`` level with the store; return its last sequence number.
+
+    Under the file's ``flock``: a partial final line is cut; the file must hold as many lines as
+    its last line's sequence number and that line must be, byte for byte, the store's record at
+    that sequence (else the whole file is rebuilt from the store into a temporary file renamed
+    over it); then the store's later records are appended. Lines before the last are counted,
+    not compared: a file edited in the middle keeps its edit until it is rebuilt.
+    """
+    marks = marks if marks is not None else ExportMarks()
+    if not is_valid_session_id(session):
+        raise ValueError("invalid session id")
+    root_fd = open_root_for_writing(root)
+    try:
+        name = transcript_file_name(session)
+        fd = os.open(name, _WRITE_FLAGS, 0o600, dir_fd=root_fd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError("the transcript is not a regular file")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            size = st.st_size
+            left = marks.files.get((root, session))
+            if left is not None and left[:3] == (st.st_ino, size, st.st_mtime_ns):
+                last: int | None = left[3]  # as this process left it: nobody wrote since
+            else:
+                last = _consistent_tail(fd, size, fetch)
+                if last is not None and _line_count(fd, st, marks, (root, session)) != last:
+                    last = None
+            if last is None:
+                marks.files.pop((root, session), None)
+                return _rebuild(root_fd, name, fetch)
+            written = False
+            while True:
+                page = fetch(last, _EXPORT_PAGE)
+                if not page:
+                    break
+                _write_all(fd, b"".join(r.line + b"\n" for r in page))
+                last = page[-1].seq
+                written = True
+                if len(page) < _EXPORT_PAGE:
+                    break  # the store's end
+            if written:
+                os.fsync(fd)
+                if size == 0:
+                    fsync_dir(root_fd)
+            now = os.fstat(fd)
+            marks.files[(root, session)] = (now.st_ino, now.st_size, now.st_mtime_ns, last)
+            return last
+        finally:
+            os.close(fd)
+    finally:
+        os.close(root_fd)
+
+
+def _consistent_tail(fd: int, size: int, fetch: Fetch) -> int | None:
+    """The last sequence of a file that agrees with the store (0 if empty); ``None``: rebuild."""
+    pos, data = size, b""
+    while True:
+        end = data.rfind(b"\n")
+        if end >= 0:
+            previous = data.rfind(b"\n", 0, end)
+            if previous >= 0 or pos == 0:
+                complete_end, line = pos + end + 1, data[previous + 1 : end]
+                break
+        elif pos == 0:
+            complete_end, line = 0, b""
+            break
+        if size - pos > _MAX_TAIL_BYTES:
+            return None
+        step = min(_TAIL_BLOCK, pos)
+        pos -= step
+        data = os.pread(fd, step, pos) + data
+    if complete_end < size:
+        os.ftruncate(fd, complete_end)  # the remains of an interrupted append
+    if complete_end == 0:
+        return 0
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    sequence = record.get("sequence") if isinstance(record, dict) else None
+    if type(sequence) is not int or not 1 <= sequence <= MAX_SEQUENCE:
+        return None
+    stored = fetch(sequence - 1, 1)
+    if not stored or stored[0].seq != sequence or stored[0].line != line:
+        return None
+    return sequence
+
+
+def _line_count(fd: int, st: os.stat_result, marks: ExportMarks, key: tuple[str, str]) -> int:
+    """Complete lines in the file (read only past where this process left it, if it did)."""
+    size = os.fstat(fd).st_size  # after a partial last line was cut
+    known = marks.files.get(key)
+    start, count = 0, 0
+    if known is not None and known[0] == st.st_ino and known[1] <= size:
+        start, count = known[1], known[3]
+    pos = start
+    while pos < size:
+        chunk = os.pread(fd, min(1 << 20, size - pos), pos)
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        pos += len(chunk)
+    return count
+
+
+def _rebuild(root_fd: int, name: str, fetch: Fetch) -> int:
+    temp = f".{name}.{secrets.token_hex(8)}.tmp"
+    fd = os.open(temp, _TEMP_FLAGS, 0o600, dir_fd=root_fd)
+    last = 0
+    try:
+        try:
+            while True:
+                page = fetch(last, _EXPORT_PAGE)
+                if not page:
+                    break
+                _write_all(fd, b"".join(r.line + b"\n" for r in page))
+                last = page[-1].seq
+                if len(page) < _EXPORT_PAGE:
+                    break
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(temp, name, src_dir_fd=root_fd, dst_dir_fd=root_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=root_fd)
+        raise
+    fsync_dir(root_fd)
+    return last

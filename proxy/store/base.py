@@ -26,7 +26,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 
@@ -39,6 +39,9 @@ from proxy.core.durable import (
     check_timestamp,
 )
 from proxy.core.pointers import TranscriptPointer, format_pointer, is_valid_session_id
+
+if TYPE_CHECKING:
+    from proxy.store.transcript_keys import KeyedEvent, Recorded
 
 __all__ = [
     "DEFAULT_EVENT_LIMIT",
@@ -265,6 +268,19 @@ class Store(Protocol):
         """The holder's outcome: ``text`` is stored for good; ``None`` (the call failed) is
         remembered for ``retry_seconds``, then the next claimer may try again. A no-op when
         ``holder`` no longer holds the lease (it expired and another caller took over)."""
+        ...
+
+    async def record_transcript(
+        self, tenant: str, session: str, events: Sequence[KeyedEvent], prefix: Prefix
+    ) -> Recorded:
+        """Append, atomically and in order, the events whose key the session does not hold
+        yet (``proxy.store.transcript_keys``), and record ``prefix`` as the session's prefix."""
+        ...
+
+    async def transcript_keys_held(
+        self, tenant: str, session: str, keys: Sequence[str]
+    ) -> frozenset[str]:
+        """Which of ``keys`` the session's transcript holds."""
         ...
 
     async def put_calibration(self, tenant: str, model: str, ratio: float) -> None:

@@ -16,6 +16,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from proxy.store import transcript_keys
 from proxy.store.base import StoreError
 
 __all__ = ["MIGRATIONS", "Migration", "SchemaTooNew", "migrate"]
@@ -130,6 +131,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             ) WITHOUT ROWID""",
         ),
     ),
+    Migration(4, transcript_keys.MIGRATION_NAME, transcript_keys.SQLITE_STATEMENTS),
 )
 
 

@@ -50,6 +50,7 @@ from proxy.core.durable import (
     apply,
     prepare_changes,
 )
+from proxy.store import transcript_keys
 from proxy.store.base import (
     DEFAULT_EVENT_LIMIT,
     DEFAULT_PLAN_LIMIT,
@@ -82,6 +83,13 @@ from proxy.store.base import (
 from proxy.store.folding import StateCache, change_rows, decode_change, now_iso
 from proxy.store.migrations import MIGRATIONS, SchemaTooNew
 from proxy.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, MAX_EVENT_LIMIT
+from proxy.store.transcript_keys import (
+    KeyedEvent,
+    Recorded,
+    check_keys_list,
+    pg_existing,
+    pg_record,
+)
 
 __all__ = [
     "PG_MIGRATIONS",
@@ -210,6 +218,7 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (tenant, model)
         )""",
     ),
+    4: transcript_keys.PG_STATEMENTS,
 }
 
 
@@ -583,6 +592,44 @@ class PostgresStore:
                     prefix_hash,
                 )
             return last_seq + 1
+
+        return await self._run(job)
+
+    async def record_transcript(
+        self, tenant: str, session: str, events: Sequence[KeyedEvent], prefix: Prefix
+    ) -> Recorded:
+        check_keys(tenant, session)
+        check_prefix(prefix.count, prefix.hash)
+        if prefix.count > MAX_BIGINT:
+            raise InvalidWrite([FieldError("prefix_count", "too large")])
+        events = tuple(events)
+        check_keys_list(k.key for k in events)
+        contents = encode_events([k.event for k in events])
+        _check_storable(
+            [("prefix_hash", prefix.hash)]
+            + [
+                (f"events[{i}].{name}", value)
+                for i, k in enumerate(events)
+                for name, value in (("event_id", k.event.event_id), ("role", k.event.role))
+            ]
+        )
+
+        async def job(conn: Any) -> Recorded:
+            async with conn.transaction():
+                await _touch_session(conn, tenant, session, now_iso())  # the session's lock
+                return await pg_record(conn, tenant, session, events, contents, prefix)
+
+        return await self._run(job)
+
+    async def transcript_keys_held(
+        self, tenant: str, session: str, keys: Sequence[str]
+    ) -> frozenset[str]:
+        check_keys(tenant, session)
+        keys = tuple(keys)
+        check_keys_list(keys)
+
+        async def job(conn: Any) -> frozenset[str]:
+            return frozenset(await pg_existing(conn, tenant, session, keys))
 
         return await self._run(job)
 

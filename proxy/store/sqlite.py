@@ -69,6 +69,13 @@ from proxy.store.base import (
 )
 from proxy.store.folding import StateCache, change_rows, decode_change, now_iso
 from proxy.store.migrations import migrate
+from proxy.store.transcript_keys import (
+    KeyedEvent,
+    Recorded,
+    check_keys_list,
+    sqlite_existing,
+    sqlite_record,
+)
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "SQLiteStore"]
 
@@ -344,6 +351,35 @@ class SQLiteStore:
                 )
                 _touch_session(conn, tenant, session, now_iso())
             return last_seq + 1
+
+        return await self._run(job)
+
+    async def record_transcript(
+        self, tenant: str, session: str, events: Sequence[KeyedEvent], prefix: Prefix
+    ) -> Recorded:
+        check_keys(tenant, session)
+        check_prefix(prefix.count, prefix.hash)
+        events = tuple(events)
+        check_keys_list(k.key for k in events)
+        contents = encode_events([k.event for k in events])
+
+        def job(conn: sqlite3.Connection) -> Recorded:
+            with _immediate(conn):
+                recorded = sqlite_record(conn, tenant, session, events, contents, prefix)
+                _touch_session(conn, tenant, session, now_iso())
+            return recorded
+
+        return await self._run(job)
+
+    async def transcript_keys_held(
+        self, tenant: str, session: str, keys: Sequence[str]
+    ) -> frozenset[str]:
+        check_keys(tenant, session)
+        keys = tuple(keys)
+        check_keys_list(keys)
+
+        def job(conn: sqlite3.Connection) -> frozenset[str]:
+            return frozenset(sqlite_existing(conn, tenant, session, keys))
 
         return await self._run(job)
 

@@ -1,0 +1,46 @@
+"""The one byte form of a recorded transcript event: what its pointer's SHA-256 is taken over.
+
+``transcript:<session>:<seq>`` names the event the store numbered ``seq``. Its evidence is the
+SHA-256 of :func:`record_bytes` of that event -- the same bytes as the line the JSONL export
+(``transcript_files``) writes for it, and the same digest the admin API's transcript pages show.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+
+from proxy.store.base import RecordedEvent
+
+__all__ = ["SCHEMA_VERSION", "record_bytes", "record_sha256"]
+
+SCHEMA_VERSION = 1
+
+
+def record_bytes(recorded: RecordedEvent) -> bytes:
+    """The event as one compact JSON object, without a newline, keys in this order::
+
+    {"schema_version", "sequence", "recorded_at", "session_id", "event_id", "type", "role",
+     "content"}
+
+    ``type`` is ``message``, ``answer``, or ``answer.incomplete`` for a cut answer.
+    """
+    event = recorded.event
+    return orjson.dumps(
+        {
+            "schema_version": SCHEMA_VERSION,
+            "sequence": recorded.seq,
+            "recorded_at": event.recorded_at,
+            "session_id": recorded.session,
+            "event_id": event.event_id,
+            "type": event.type if event.complete else f"{event.type}.incomplete",
+            "role": event.role,
+            "content": event.content,
+        }
+    )
+
+
+def record_sha256(recorded: RecordedEvent) -> str:
+    return hashlib.sha256(record_bytes(recorded)).hexdigest()
