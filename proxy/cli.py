@@ -91,8 +91,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         return 2
     try:
         conversation = load_conversation(args.file)
-    except ReaderError as exc:
-        print(f"replay: {exc}", file=sys.stderr)
+    except (ReaderError, ValueError, OSError) as exc:  # one line, never a traceback
+        line = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"replay: {line}", file=sys.stderr)
         return 2
 
     from proxy.core.tokens import TokenCounter
