@@ -34,8 +34,8 @@ from proxy.core.compaction import (
     PlanCache,
     SummaryRequest,
     compact,
-    finish,
     prefix_hashes,
+    step,
 )
 from proxy.core.durable import InvalidWrite
 from proxy.core.tokens import Calibration, TokenCounter
@@ -89,7 +89,7 @@ def _headers(
 
 
 def result_headers(result: CompactionResult) -> dict[str, str]:
-    return _headers(
+    headers = _headers(
         result.tokens_before,
         result.tokens_after,
         ",".join(result.layers) or "none",
@@ -97,6 +97,9 @@ def result_headers(result: CompactionResult) -> dict[str, str]:
         result.summary_status,
         result.compaction_id if result.changed else None,
     )
+    if result.summary_calls:
+        headers["x-compaction-summary-calls"] = str(result.summary_calls)
+    return headers
 
 
 def _compacts_anew(outcome: Done | NeedsSummary) -> bool:
@@ -241,11 +244,13 @@ class CompactionService:
             outcome = await self._off_loop(
                 offload, compact, request, policy, self.counter, self.plans, tenant
             )
-        if not isinstance(outcome, Done):
+        while isinstance(outcome, NeedsSummary):
+            # one call, or a bounded chain of them (the region is over the summariser's input
+            # budget): each call is its own leased key, so replicas share every link
             summary = await self._summary_once(
                 outcome.summary_request, tenant, config, upstream_headers or headers
             )
-            outcome = Done(await self._off_loop(offload, finish, outcome.continuation, summary))
+            outcome = await self._off_loop(offload, step, outcome.continuation, summary)
         result = outcome.result
         if result.plan_status == "new" and result.plan is not None:
             await self._persist_plan(result.plan)
@@ -350,7 +355,8 @@ class CompactionService:
         config: CompactionConfig,
         headers: Mapping[str, str],
     ) -> str | None:
-        """The summary of ``request``, made once across every replica sharing the store.
+        """The summary of ``request``, made once across every replica sharing the store (each
+        call of a chain is a request of its own: its key includes the previous call's summary).
 
         Replicas (or concurrent requests) compacting the same history ask the same summary
         request; the store gives one of them a lease (renewed while it calls) and the others
