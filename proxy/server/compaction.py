@@ -22,7 +22,7 @@ import anthropic
 import orjson
 from multidict import CIMultiDictProxy
 
-from proxy.compaction_policy import policy_from_config
+from proxy.compaction_policy import limits_for, policy_from_config
 from proxy.config import CompactionConfig
 from proxy.core.compaction import (
     CompactionInput,
@@ -38,6 +38,7 @@ from proxy.core.compaction import (
     step,
 )
 from proxy.core.durable import InvalidWrite
+from proxy.core.limits import Limits, ModelWindow, betas_of
 from proxy.core.tokens import Calibration, TokenCounter
 from proxy.errors import PromptTooLong
 from proxy.server.metrics import Metrics
@@ -141,9 +142,16 @@ class Prepared:
 class CompactionService:
     """Per-process compaction state: the token counter, calibration, plans, the summariser."""
 
-    def __init__(self, config: CompactionConfig, upstream_base_url: str, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        config: CompactionConfig,
+        upstream_base_url: str,
+        metrics: Metrics,
+        models: tuple[ModelWindow, ...] = (),
+    ) -> None:
         self.config = config
-        self._policies: dict[CompactionConfig, CompactionPolicy] = {}
+        self.models = models  # the config's ``models:`` entries (before the built-in table)
+        self._policies: dict[tuple[CompactionConfig, Limits | None], CompactionPolicy] = {}
         self.counter = TokenCounter()
         self.calibration = Calibration()
         self.plans = PlanCache(config.max_plans)
@@ -175,11 +183,15 @@ class CompactionService:
             await asyncio.wait(self._writes, timeout=5)
         await self._client.close()
 
-    def policy_for(self, config: CompactionConfig) -> CompactionPolicy:
-        """The policy of a tenant's compaction settings (memoised: configs are frozen values)."""
-        policy = self._policies.get(config)
+    def policy_for(self, config: CompactionConfig, limits: Limits | None = None) -> CompactionPolicy:
+        """The policy of a tenant's compaction settings for a request's limits (memoised:
+        configs and limits are frozen values; a few distinct ones in practice)."""
+        key = (config, limits)
+        policy = self._policies.get(key)
         if policy is None:
-            policy = self._policies[config] = policy_from_config(config)
+            if len(self._policies) >= 4096:
+                self._policies.clear()
+            policy = self._policies[key] = policy_from_config(config, limits)
         return policy
 
     async def prepare(
@@ -195,9 +207,13 @@ class CompactionService:
         """What to forward for ``body``. ``raw`` is the client's exact bytes for ``body``, or
         ``None`` when the edge already changed the body (durable context was injected)."""
         config = config or self.config
-        policy = self.policy_for(config)
         model = body.get("model") if isinstance(body.get("model"), str) else ""
         assert isinstance(model, str)
+        # limits follow the model: its window (1M with the beta, where supported), less the
+        # request's max_tokens for an ``auto`` hard limit
+        betas = betas_of(",".join(headers.getall("anthropic-beta", [])))
+        limits = limits_for(config, model, betas, body.get("max_tokens"), self.models)
+        policy = self.policy_for(config, limits)
         key = f"{tenant}/{model}"
         as_sent = raw if raw is not None else orjson.dumps(body)
         changed_by_edge = raw is None
