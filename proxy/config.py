@@ -157,10 +157,14 @@ class CompactionConfig:
 class ModelConfig:
     # a glob on the request's model name (fnmatch: * ? [..]); entries are tried in order, before
     # the built-in table
-    match: str = ""
+    match: str = field(
+        default="", metadata=_check(lambda v: None if v.strip() else "a non-empty glob on the model name")
+    )
     context_window: int = field(default=200_000, metadata=_check(_positive))
     # the window when the request carries the context-1m-2025-08-07 beta (0: no change)
-    context_window_1m: int = 0
+    context_window_1m: int = field(
+        default=0, metadata=_check(lambda v: None if v >= 0 else "a positive number of tokens or 0 (no 1M window)")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,13 +321,8 @@ def check_compaction(c: CompactionConfig, prefix: str, errors: list[str]) -> Non
 def _cross_checks(config: Config, errors: list[str]) -> None:
     check_compaction(config.compaction, "compaction", errors)
     for i, model in enumerate(config.models):
-        if not model.match.strip():
+        if not model.match.strip():  # an entry that left ``match`` out
             errors.append(f"key 'models[{i}].match': expected a non-empty glob on the model name")
-        if model.context_window_1m < 0:
-            errors.append(
-                f"key 'models[{i}].context_window_1m': expected a positive number of tokens or 0"
-                f" (no 1M window), got {model.context_window_1m}"
-            )
 
 
 def parse_config(data: Any, source: str = "<config>") -> Config:
