@@ -67,12 +67,6 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    try:
-        policy = with_overrides(policy_from_config(config.compaction), args.threshold, args.hard_limit)
-    except ValueError as exc:
-        hint = " (pass --hard-limit as well)" if args.threshold and args.hard_limit is None else ""
-        print(f"replay: {exc}{hint}", file=sys.stderr)
-        return 2
     if args.plot:  # fail before the replay, not after it
         try:
             import matplotlib  # noqa: F401
@@ -85,8 +79,27 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         return 2
     try:
         conversation = load_conversation(args.file)
-    except ReaderError as exc:
-        print(f"replay: {exc}", file=sys.stderr)
+    except (ReaderError, ValueError, OSError) as exc:  # one line, never a traceback
+        line = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"replay: {line}", file=sys.stderr)
+        return 2
+    from proxy.compaction_policy import limits_for, model_windows
+
+    # the limits of the conversation's model, as the edge resolves them per request
+    limits = limits_for(
+        config.compaction,
+        conversation.model or "claude-sonnet-4-5",
+        [b.strip() for b in (args.betas or "").split(",") if b.strip()],
+        args.max_tokens,
+        model_windows(config.models),
+    )
+    try:
+        policy = with_overrides(
+            policy_from_config(config.compaction, limits), args.threshold, args.hard_limit
+        )
+    except ValueError as exc:
+        hint = " (pass --hard-limit as well)" if args.threshold and args.hard_limit is None else ""
+        print(f"replay: {exc}{hint}", file=sys.stderr)
         return 2
 
     from proxy.core.tokens import TokenCounter
@@ -166,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--config", help="YAML config file for the compaction policy (default: $CONTEXT_PROXY_CONFIG, else built-in defaults)")
     replay.add_argument("--threshold", type=int, help="override compaction.threshold (tokens)")
     replay.add_argument("--hard-limit", type=int, help="override compaction.hard_limit (tokens)")
+    replay.add_argument("--max-tokens", type=int, default=32_000, help="the max_tokens each replayed request asks for (default 32000; an 'auto' hard limit is the model's window minus it)")
+    replay.add_argument("--betas", metavar="LIST", help="anthropic-beta values the requests carry, comma-separated (context-1m-2025-08-07: the 1M window where the model has it)")
     replay.add_argument("--upstream", metavar="URL", help="make real summary calls to this upstream (key from $ANTHROPIC_API_KEY); without it nothing touches the network")
     replay.add_argument("--json", metavar="OUT", help="write every figure, per request and totals, as JSON")
     replay.add_argument("--plot", metavar="OUT.png", help="draw tokens per request before/after (needs matplotlib)")

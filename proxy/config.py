@@ -11,6 +11,7 @@ import dataclasses
 import os
 import re
 import reprlib
+import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import yaml
+
+from proxy.core.limits import limit_problem
 
 ENV_CONFIG = "CONTEXT_PROXY_CONFIG"
 
@@ -181,6 +184,10 @@ class SummaryConfig:
     lease_seconds: float = field(default=15.0, metadata=_check(_positive))
     # Empty means the built-in structured hand-off prompt.
     prompt: str = ""
+    # Tokens one summariser call may read; a larger removed region is summarised in parts, as
+    # a chain of at most max_calls calls (each reads the previous call's summary).
+    input_budget: int = field(default=24_000, metadata=_check(_positive))
+    max_calls: int = field(default=6, metadata=_check(_positive))
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +201,14 @@ class ReadToolConfig:
 @dataclass(frozen=True, slots=True)
 class CompactionConfig:
     enabled: bool = True
-    threshold: int = field(default=80_000, metadata=_check(_positive))
-    hard_limit: int = field(default=120_000, metadata=_check(_positive))
+    # tokens, or a share of the model's context window ("40%")
+    threshold: int | str = field(
+        default=80_000, metadata=_check(lambda v: limit_problem(v, auto=False))
+    )
+    # tokens, a share of the window, or "auto": the window minus the request's max_tokens
+    hard_limit: int | str = field(
+        default="auto", metadata=_check(lambda v: limit_problem(v, auto=True))
+    )
     target_ratio: float = field(default=0.55, metadata=_check(_ratio))
     tool_result_cap: int = field(default=5_000, metadata=_check(_positive))
     keep_recent: int = field(default=6, metadata=_check(_positive))
@@ -206,6 +219,22 @@ class CompactionConfig:
     # Empty means the defaults: Read(file_path), str_replace_based_edit_tool/str_replace_editor
     # view(path), read_file(path).
     read_tools: tuple[ReadToolConfig, ...] = ()
+    # The recent window shrinks (whole interactions) when it alone keeps the view over target.
+    shrink_window: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    # a glob on the request's model name (fnmatch: * ? [..]); entries are tried in order, before
+    # the built-in table
+    match: str = field(
+        default="", metadata=_check(lambda v: None if v.strip() else "a non-empty glob on the model name")
+    )
+    context_window: int = field(default=200_000, metadata=_check(_positive))
+    # the window when the request carries the context-1m-2025-08-07 beta (0: no change)
+    context_window_1m: int = field(
+        default=0, metadata=_check(lambda v: None if v >= 0 else "a positive number of tokens or 0 (no 1M window)")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +263,7 @@ class Config:
     auth: AuthConfig = AuthConfig()
     compaction: CompactionConfig = CompactionConfig()
     logging: LoggingConfig = LoggingConfig()
+    models: tuple[ModelConfig, ...] = ()
 
     @property
     def store_url(self) -> str:
@@ -274,6 +304,15 @@ def _convert(tp: Any, value: Any, key: str, errors: list[str], base: Any = None)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return _build(tp, value, key, errors, base)
     origin = typing.get_origin(tp)
+    if isinstance(tp, types.UnionType):
+        for arm in typing.get_args(tp):
+            trial: list[str] = []
+            converted = _convert(arm, value, key, trial)
+            if not trial:
+                return converted
+        names = " or ".join(_type_name(arm) for arm in typing.get_args(tp))
+        errors.append(f"key '{key}': expected {names}, got {value!r}")
+        return None
     if origin is tuple:
         (item_tp, _ellipsis) = typing.get_args(tp)
         if not isinstance(value, list):
@@ -338,10 +377,16 @@ def build_section(
 
 def check_compaction(c: CompactionConfig, prefix: str, errors: list[str]) -> None:
     """Checks across the keys of a compaction section (after overrides are applied)."""
-    if c.hard_limit < c.threshold:
+    if isinstance(c.hard_limit, int) and isinstance(c.threshold, int) and c.hard_limit < c.threshold:
         errors.append(
             f"key '{prefix}.hard_limit': expected a value >= {prefix}.threshold ({c.threshold}),"
             f" got {c.hard_limit}"
+        )
+    if c.summary.input_budget < c.summary.max_tokens + 200:
+        errors.append(
+            f"key '{prefix}.summary.input_budget': expected at least {prefix}.summary.max_tokens"
+            f" + 200 ({c.summary.max_tokens + 200}: each call after the first reads the previous"
+            f" summary), got {c.summary.input_budget}"
         )
     for i, tool in enumerate(c.read_tools):
         if not tool.name:
@@ -350,6 +395,9 @@ def check_compaction(c: CompactionConfig, prefix: str, errors: list[str]) -> Non
 
 def _cross_checks(config: Config, errors: list[str]) -> None:
     check_compaction(config.compaction, "compaction", errors)
+    for i, model in enumerate(config.models):
+        if not model.match.strip():  # an entry that left ``match`` out
+            errors.append(f"key 'models[{i}].match': expected a non-empty glob on the model name")
 
 
 def parse_config(data: Any, source: str = "<config>") -> Config:

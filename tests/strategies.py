@@ -258,6 +258,7 @@ def policies(draw: Draw) -> Any:
     from proxy.core.compaction import CompactionPolicy
 
     threshold = draw(st.integers(150, 4_000))
+    summary_max_tokens = draw(st.integers(20, 200))
     return CompactionPolicy(
         threshold=threshold,
         hard_limit=threshold * draw(st.sampled_from([1, 2, 3])),
@@ -265,7 +266,8 @@ def policies(draw: Draw) -> Any:
         tool_result_cap=draw(st.integers(20, 600)),
         keep_recent=draw(st.integers(1, 8)),
         summarize=draw(st.booleans()),
-        summary_max_tokens=draw(st.integers(20, 200)),
-        summary_input_cap=draw(st.integers(200, 3_000)),
+        summary_max_tokens=summary_max_tokens,
+        summary_input_cap=summary_max_tokens + draw(st.integers(200, 3_000)),
+        summary_max_calls=draw(st.integers(1, 5)),
         carried_text_cap=draw(st.integers(10, 300)),
     )

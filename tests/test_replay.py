@@ -356,18 +356,23 @@ def test_policy_from_config_maps_every_key() -> None:
         hard_limit=5000,
         target_ratio=0.5,
         keep_recent=3,
-        summary=SummaryConfig(model="claude-x", max_tokens=300, prompt="be brief"),
+        summary=SummaryConfig(
+            model="claude-x", max_tokens=300, prompt="be brief", input_budget=9_000, max_calls=3
+        ),
         read_tools=(ReadToolConfig(name="cat", path_key="file", command="view"),),
+        shrink_window=False,
     )
     policy = policy_from_config(config)
     assert (policy.threshold, policy.hard_limit, policy.target_ratio, policy.keep_recent) == (1000, 5000, 0.5, 3)
     assert (policy.summary_model, policy.summary_max_tokens, policy.summary_prompt) == ("claude-x", 300, "be brief")
+    assert (policy.summary_input_cap, policy.summary_max_calls, policy.shrink_window) == (9_000, 3, False)
     assert [(t.name, t.path_key, t.command) for t in policy.read_tools] == [("cat", "file", "view")]
     assert policy_from_config(CompactionConfig()).read_tools == DEFAULT_READ_TOOLS
+    # the default hard limit is "auto": the window (200k without a model) less max_tokens (none)
     policy = with_overrides(policy_from_config(CompactionConfig()), 40_000, None)
-    assert (policy.threshold, policy.hard_limit) == (40_000, 120_000)
+    assert (policy.threshold, policy.hard_limit) == (40_000, 200_000)
     with pytest.raises(ValueError, match="hard_limit"):
-        with_overrides(policy, 200_000, None)
+        with_overrides(policy, 250_000, None)
 
 
 def test_upstream_summaries_make_the_edges_call(upstream: FakeUpstream) -> None:

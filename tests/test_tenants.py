@@ -152,8 +152,8 @@ INVALID: list[tuple[str, str]] = [
     (acme(sources="sources: {session_patterns: ['a b']}\n"), "key 'sources.session_patterns': expected a list of non-empty glob patterns"),
     (acme(sources="sources: {session_patterns: ['']}\n"), "key 'sources.session_patterns': expected a list of non-empty glob patterns"),
     (acme(sources="sources: {roots: /x}\n"), "key 'sources.roots': unknown key (expected one of: artifact_root, kinds, session_patterns, transcript_root)"),
-    (acme(compaction="compaction: {threshold: -1}\n"), "key 'compaction.threshold': expected a positive number, got -1"),
-    (acme(compaction="compaction: {threshold: 200000}\n"), "key 'compaction.hard_limit': expected a value >= compaction.threshold (200000), got 120000"),
+    (acme(compaction="compaction: {threshold: -1}\n"), "key 'compaction.threshold': expected a positive number of tokens, got -1"),
+    (acme(compaction="compaction: {threshold: 200000, hard_limit: 120000}\n"), "key 'compaction.hard_limit': expected a value >= compaction.threshold (200000), got 120000"),
     (acme(compaction="compaction: {thresold: 1}\n"), "key 'compaction.thresold': unknown key"),
     (acme(compaction="compaction: {summary: {model: 3}}\n"), "key 'compaction.summary.model': expected a string, got 3"),
     (acme(extra="admin_tokens: []\n"), "key 'admin_tokens': unknown key (expected one of: admin_tokens_sha256, api_keys_sha256, compaction, name, provider, sources)"),
@@ -479,7 +479,7 @@ def test_the_provider_key_is_never_shown(tmp_path: Path) -> None:
 FAILING: list[tuple[str, dict[str, str]]] = [
     # A valid env provider next to problems elsewhere in the same file.
     (acme(api_keys_sha256="api_keys_sha256: [bad]\n"), ENV),
-    (acme(compaction="compaction: {threshold: 999999}\n"), ENV),
+    (acme(compaction="compaction: {threshold: 999999, hard_limit: 1000}\n"), ENV),
     (acme(extra="bogus: 1\n"), ENV),
     # The key pasted where a hash or a variable name belongs.
     (acme(api_keys_sha256=f"api_keys_sha256: ['{SECRET}']\n"), ENV),

@@ -6,7 +6,9 @@ Two formats:
   ``{"meta", "system", "tools", "messages"}`` whose ``messages`` is a Messages API array.
 * **A raw Claude Code session** (``~/.claude/projects/<project>/<session>.jsonl``): one JSON object
   per line. Kept: ``user`` / ``assistant`` lines that are not sidechain (subagent) traffic, in file
-  order. One provider response is often split over several consecutive ``assistant`` lines (one
+  order; a file whose message lines are all sidechain traffic (a subagent's own
+  ``agent-*.jsonl``) is that subagent's conversation and is read the same way. A file with no
+  message line at all raises :class:`ReaderError` ("no conversation found"). One provider response is often split over several consecutive ``assistant`` lines (one
   block each, same ``message.id``): they become one assistant message. Parallel tool results
   arrive as one ``user`` line each: consecutive user lines become one user message, results first.
   ``system``, ``summary``, ``file-history-snapshot``, ``queue-operation`` and other bookkeeping
@@ -254,6 +256,12 @@ def repair_messages(
     return out, dict(stats)
 
 
+def _require_user_turn(messages: Sequence[Message], source: str) -> None:
+    """A replay sends one request per user turn: without one there is nothing to replay."""
+    if not any(m.get("role") == "user" for m in messages):
+        raise ReaderError(f"{source}: no conversation found (no user message to send)")
+
+
 # --- Messages JSON ----------------------------------------------------------------------------
 
 
@@ -267,6 +275,7 @@ def parse_messages_json(data: object, source: str = "<memory>") -> Conversation:
     if not all(isinstance(m, Mapping) for m in raw):
         raise ReaderError(f"{source}: every entry of `messages` must be an object")
     messages, stats = repair_messages(raw)
+    _require_user_turn(messages, source)
     if not stats:
         messages = list(raw)  # untouched: keep the very objects (and their key order)
     meta = data.get("meta") if isinstance(data.get("meta"), Mapping) else {}
@@ -345,6 +354,7 @@ def parse_claude_code_lines(
     stats: Counter[str] = Counter()
     invalid = 0
     units: list[_Unit] = []
+    side_units: list[_Unit] = []  # subagent (sidechain) traffic
     pending_boundary: tuple[int, str | None, int | None] | None = None
     summary_lines: list[tuple[int, tuple[int, str | None, int | None] | None]] = []
     seen_uuids: set[str] = set()
@@ -376,9 +386,7 @@ def parse_claude_code_lines(
         if kind not in ("user", "assistant"):
             stats[f"skipped_{kind}_lines"] += 1
             continue
-        if obj.get("isSidechain") is True:
-            stats["sidechain_lines_skipped"] += 1
-            continue
+        sidechain = obj.get("isSidechain") is True
         uuid = obj.get("uuid")
         if isinstance(uuid, str):
             if uuid in seen_uuids:
@@ -414,7 +422,7 @@ def parse_claude_code_lines(
         if kind == "assistant" and isinstance(model, str):
             models[model] += 1
         mid = message.get("id") if kind == "assistant" else None
-        units.append(
+        (side_units if sidechain else units).append(
             _Unit(
                 role=kind,
                 blocks=blocks,
@@ -423,6 +431,20 @@ def parse_claude_code_lines(
                 is_string=is_string,
                 usage=_context_tokens(message.get("usage")) if kind == "assistant" else None,
             )
+        )
+
+    if units:
+        if side_units:
+            stats["sidechain_lines_skipped"] += len(side_units)
+    elif side_units:
+        # a subagent's own file (``agent-*.jsonl``): every line is sidechain traffic, and that
+        # traffic is the conversation (its first user line is the task the agent was given)
+        units = side_units
+        stats["sidechain_lines_replayed"] += len(side_units)
+    if not units:
+        raise ReaderError(
+            f"{source}: no conversation found (no user or assistant message lines;"
+            f" {invalid} invalid lines)"
         )
 
     # one provider response = consecutive assistant lines with the same message.id
@@ -455,6 +477,9 @@ def parse_claude_code_lines(
     stats.update(repairs)
     first_line = [m.get("_line") for m in repaired]
     final = [{k: v for k, v in m.items() if k != "_line"} for m in repaired]
+    if not final:
+        raise ReaderError(f"{source}: no conversation found (every message line was empty)")
+    _require_user_turn(final, source)
     # a merged message keeps the first message's tag (synthesised ones have none): it covers the
     # lines up to the next tag, and its source context is the largest among the responses merged
     # into it (where lines were lost, one message may stand for several responses)
@@ -481,10 +506,6 @@ def parse_claude_code_lines(
                 trigger=b[1] if b is not None else None,
                 pre_tokens=b[2] if b is not None else None,
             )
-        )
-    if not final:
-        raise ReaderError(
-            f"{source}: no conversation found (no user/assistant lines; {invalid} invalid lines)"
         )
 
     tools = _stub_tools(final)

@@ -90,7 +90,10 @@ def _notes(t: TurnFigures, threshold: int) -> str:
     if t.event:
         notes.append(f"COMPACTED {(t.compaction_id or '')[:12]}".rstrip())
     if t.summary_call:
-        notes.append(f"summary {t.summary}")
+        calls = f", {t.summary_calls} calls" if t.summary_calls > 1 else ""
+        notes.append(f"summary {t.summary}{calls}")
+    if t.removed_messages is not None:
+        notes.append(f"removed {t.removed_messages}, summarised {t.summarised_messages}")
     if t.over_hard_limit:
         notes.append("OVER HARD LIMIT: 400, not forwarded")
     elif t.tokens_after > threshold:
@@ -196,7 +199,8 @@ def format_report(result: ReplayResult, max_rows: int = 40) -> str:
         f"  layers in events          {layers}",
         (
             f"  summary calls             {totals['summary_calls']} (ok {totals['summaries']['ok']}, "
-            f"failed {totals['summaries']['failed']})"
+            f"failed {totals['summaries']['failed']}; at most {totals['summary_calls_max_per_event']}"
+            " per event)"
         ),
         (
             f"  forwarded views valid     {forwarded - totals['invalid_views']}/{forwarded} "
@@ -207,6 +211,19 @@ def format_report(result: ReplayResult, max_rows: int = 40) -> str:
         (
             f"  prefix-stable share       {totals['prefix_stable_share']:.3f} (token-weighted: "
             "tokens each request shares, block by block, with the previous forwarded one)"
+        ),
+        (
+            "  after the 1st compaction  "
+            + (
+                f"{totals['prefix_stable_share_from_first_compaction']:.3f}"
+                if totals["prefix_stable_share_from_first_compaction"] is not None
+                else "- (no compaction)"
+            )
+        ),
+        (
+            f"  removed / summarised      {totals['removed_messages']} / "
+            f"{totals['summarised_messages']} messages (events where they differ: "
+            f"{totals['events_summarised_short']})"
         ),
         f"  time                      {totals['seconds']:.1f} s",
     ]

@@ -2,8 +2,8 @@
 
 Request ``k`` is ``messages[:k]`` for every ``k`` ending on a user message, with the file's system
 and tools: what an agent sends, one request per turn. Every request goes through
-:func:`proxy.core.compaction.compact` (and :func:`~proxy.core.compaction.finish` when L4 asks for a
-summary) with one :class:`~proxy.core.tokens.TokenCounter`, one
+:func:`proxy.core.compaction.compact` (and :func:`~proxy.core.compaction.step` for each summary
+call L4 asks for: one, or a bounded chain) with one :class:`~proxy.core.tokens.TokenCounter`, one
 :class:`~proxy.core.compaction.PlanCache` and the tenant ``"replay"``, exactly as the edge does for
 one client. Calibration stays 1.0 (there is no provider usage offline).
 
@@ -37,9 +37,11 @@ from proxy.core.compaction import (
     CompactionResult,
     Done,
     PlanCache,
+    Removed,
+    Summarized,
     SummaryRequest,
     compact,
-    finish,
+    step,
 )
 from proxy.core.compaction.view import strip_markers
 from proxy.core.protocol import validate_messages
@@ -77,7 +79,9 @@ class Summariser(Protocol):
 
 # --- summarisers ------------------------------------------------------------------------------
 
-_ROLE_LINE = re.compile(r"^(USER|ASSISTANT|SYSTEM)(?::\s*\(no text\)|:)\s*$")
+_ROLE_LINE = re.compile(r"^(?:\[#\d+\] )?(USER|ASSISTANT|SYSTEM)(?::\s*\(no text\)|:)\s*$")
+# how the summariser's input labels each message with its index in the client's messages
+_LABEL = re.compile(r"^\[#(\d+)\] (?:USER|ASSISTANT|SYSTEM):", re.MULTILINE)
 _TOOL_CALL = re.compile(r"^(?:tool_use|server_tool_use|mcp_tool_use) ([\w.:\-]+)\(")
 _PATH = re.compile(r"(?<![\w/.])(?:~|\.{1,2})?/(?:[\w.\-@+\[\]]+/)+[\w.\-@+\[\]]*[\w\]]")
 _EXTRACTIVE_HEADER = "[offline extractive summary: no model was called]"
@@ -355,6 +359,12 @@ class TurnFigures:
     client_compacted: CompactionBoundary | None  # the source's client compacted before this
     source_context_tokens: int | None  # the source's own context size for this request
     seconds: float
+    summary_calls: int = 0  # summariser calls this request made (a chain when > 1)
+    # compaction events that removed messages (prune / summarize): how many client messages
+    # left the view, and how many of them reached a summary that is in the view (read from the
+    # summariser's inputs that were answered: each message is labelled there)
+    removed_messages: int | None = None
+    summarised_messages: int | None = None
 
     @property
     def event(self) -> bool:
@@ -388,7 +398,7 @@ class ReplayResult:
 
     @property
     def summary_calls(self) -> int:
-        return sum(t.summary_call for t in self.turns)
+        return sum(t.summary_calls for t in self.turns)
 
     @property
     def invalid_views(self) -> int:
@@ -403,6 +413,18 @@ class ReplayResult:
         total = sum(t.request_tokens for t in self.turns if t.forwarded)
         shared = sum(t.prefix_tokens for t in self.turns if t.forwarded)
         return shared / total if total else 1.0
+
+    @property
+    def prefix_share_from_first_compaction(self) -> float | None:
+        """The prefix-stable share over the requests after the first compaction event (that
+        event's own request, a cache miss by design, left out; later events counted); ``None``
+        when no request follows an event."""
+        first = next((i for i, t in enumerate(self.turns) if t.event), None)
+        if first is None or first + 1 >= len(self.turns):
+            return None
+        turns = [t for t in self.turns[first + 1 :] if t.forwarded]
+        total = sum(t.request_tokens for t in turns)
+        return sum(t.prefix_tokens for t in turns) / total if total else 1.0
 
     def totals(self) -> dict[str, Any]:
         turns = self.turns
@@ -430,6 +452,13 @@ class ReplayResult:
             "plans": {k: plans.get(k, 0) for k in ("new", "reused", "none")},
             "layers_in_events": dict(layers),
             "summary_calls": self.summary_calls,
+            "summary_calls_max_per_event": max((t.summary_calls for t in turns), default=0),
+            "removed_messages": sum(t.removed_messages or 0 for t in turns),
+            "summarised_messages": sum(t.summarised_messages or 0 for t in turns),
+            "events_summarised_short": sum(
+                t.removed_messages is not None and t.summarised_messages != t.removed_messages
+                for t in turns
+            ),
             "summaries": {k: summaries.get(k, 0) for k in ("ok", "failed")},
             "invalid_views": self.invalid_views,
             "first_violation": violations[0] if violations else None,
@@ -440,6 +469,7 @@ class ReplayResult:
             "prefix_shared_tokens": sum(t.prefix_tokens for t in turns if t.forwarded),
             "prefix_request_tokens": sum(t.request_tokens for t in turns if t.forwarded),
             "prefix_stable_share": self.prefix_stable_share,
+            "prefix_stable_share_from_first_compaction": self.prefix_share_from_first_compaction,
             "seconds": self.seconds,
         }
 
@@ -498,13 +528,18 @@ def run_replay(
             outcome = compact(
                 CompactionInput(system, tools, request, model), policy, counter, plans, TENANT
             )
-            called = False
-            if isinstance(outcome, Done):
-                result: CompactionResult = outcome.result
-            else:
-                called = True
+            calls = 0
+            answered: set[int] = set()  # message labels of the inputs the summariser answered
+            while not isinstance(outcome, Done):
+                calls += 1
                 text = summariser(outcome.summary_request)
-                result = finish(outcome.continuation, text)
+                if text is not None and text.strip():
+                    answered.update(
+                        int(x) for x in _LABEL.findall(outcome.summary_request.text)
+                    )
+                outcome = step(outcome.continuation, text)
+            result: CompactionResult = outcome.result
+            removed, summarised = _event_messages(result, answered)
             forwarded = not result.over_hard_limit
             view = result.messages if result.changed else list(request)
             violation = validate_messages(list(view)) if forwarded else None
@@ -523,7 +558,7 @@ def run_replay(
                     layers=tuple(result.layers),
                     plan=result.plan_status,
                     summary=result.summary_status,
-                    summary_call=called,
+                    summary_call=calls > 0,
                     compaction_id=result.compaction_id if result.changed else None,
                     over_hard_limit=result.over_hard_limit,
                     forwarded=forwarded,
@@ -534,6 +569,9 @@ def run_replay(
                     client_compacted=client_compactions.get(k),
                     source_context_tokens=conversation.source_context.get(k),
                     seconds=time.perf_counter() - t0,
+                    summary_calls=calls,
+                    removed_messages=removed,
+                    summarised_messages=summarised,
                 )
             )
             if progress:
@@ -556,6 +594,21 @@ def run_replay(
         seconds=time.perf_counter() - started,
         summary_failures=tuple(failures),
     )
+
+
+def _event_messages(
+    result: CompactionResult, answered: set[int]
+) -> tuple[int | None, int | None]:
+    """``(removed, summarised)`` for a new plan whose last record removed whole messages."""
+    if result.plan_status != "new" or not result.manifest:
+        return None, None
+    record = result.manifest[-1]
+    if isinstance(record, Summarized):
+        indices = set(record.message_indices)
+        return len(indices), len(indices & answered)
+    if isinstance(record, Removed) and record.reason == "prune":
+        return len(set(record.message_indices)), 0
+    return None, None
 
 
 def with_overrides(

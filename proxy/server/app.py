@@ -16,6 +16,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
+from proxy.compaction_policy import model_windows
 from proxy.config import Config
 from proxy.core.nesting import MAX_DEPTH, nesting_violation
 from proxy.core.protocol import scan_messages
@@ -409,7 +410,9 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         app[METRICS],
         draining=lambda: app[STATE].draining,
     )
-    app[COMPACTION] = CompactionService(config.compaction, config.upstream.base_url, app[METRICS])
+    app[COMPACTION] = CompactionService(
+        config.compaction, config.upstream.base_url, app[METRICS], model_windows(config.models)
+    )
     await app[COMPACTION].warm_up()
     store = await open_store(config.store_url)
     app[STORE] = store

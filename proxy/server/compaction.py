@@ -22,7 +22,7 @@ import anthropic
 import orjson
 from multidict import CIMultiDictProxy
 
-from proxy.compaction_policy import policy_from_config
+from proxy.compaction_policy import limits_for, policy_from_config
 from proxy.config import CompactionConfig
 from proxy.core.compaction import (
     CompactionInput,
@@ -34,10 +34,11 @@ from proxy.core.compaction import (
     PlanCache,
     SummaryRequest,
     compact,
-    finish,
     prefix_hashes,
+    step,
 )
 from proxy.core.durable import InvalidWrite
+from proxy.core.limits import Limits, ModelWindow, betas_of
 from proxy.core.tokens import Calibration, TokenCounter
 from proxy.errors import PromptTooLong
 from proxy.server.metrics import Metrics
@@ -89,7 +90,7 @@ def _headers(
 
 
 def result_headers(result: CompactionResult) -> dict[str, str]:
-    return _headers(
+    headers = _headers(
         result.tokens_before,
         result.tokens_after,
         ",".join(result.layers) or "none",
@@ -97,6 +98,9 @@ def result_headers(result: CompactionResult) -> dict[str, str]:
         result.summary_status,
         result.compaction_id if result.changed else None,
     )
+    if result.summary_calls:
+        headers["x-compaction-summary-calls"] = str(result.summary_calls)
+    return headers
 
 
 def _compacts_anew(outcome: Done | NeedsSummary) -> bool:
@@ -158,9 +162,16 @@ class Prepared:
 class CompactionService:
     """Per-process compaction state: the token counter, calibration, plans, the summariser."""
 
-    def __init__(self, config: CompactionConfig, upstream_base_url: str, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        config: CompactionConfig,
+        upstream_base_url: str,
+        metrics: Metrics,
+        models: tuple[ModelWindow, ...] = (),
+    ) -> None:
         self.config = config
-        self._policies: dict[CompactionConfig, CompactionPolicy] = {}
+        self.models = models  # the config's ``models:`` entries (before the built-in table)
+        self._policies: dict[tuple[CompactionConfig, Limits | None], CompactionPolicy] = {}
         self.counter = TokenCounter()
         self.calibration = Calibration()
         self.plans = PlanCache(config.max_plans)
@@ -192,11 +203,15 @@ class CompactionService:
             await asyncio.wait(self._writes, timeout=5)
         await self._client.close()
 
-    def policy_for(self, config: CompactionConfig) -> CompactionPolicy:
-        """The policy of a tenant's compaction settings (memoised: configs are frozen values)."""
-        policy = self._policies.get(config)
+    def policy_for(self, config: CompactionConfig, limits: Limits | None = None) -> CompactionPolicy:
+        """The policy of a tenant's compaction settings for a request's limits (memoised:
+        configs and limits are frozen values; a few distinct ones in practice)."""
+        key = (config, limits)
+        policy = self._policies.get(key)
         if policy is None:
-            policy = self._policies[config] = policy_from_config(config)
+            if len(self._policies) >= 4096:
+                self._policies.clear()
+            policy = self._policies[key] = policy_from_config(config, limits)
         return policy
 
     async def prepare(
@@ -212,9 +227,13 @@ class CompactionService:
         """What to forward for ``body``. ``raw`` is the client's exact bytes for ``body``, or
         ``None`` when the edge already changed the body (durable context was injected)."""
         config = config or self.config
-        policy = self.policy_for(config)
         model = body.get("model") if isinstance(body.get("model"), str) else ""
         assert isinstance(model, str)
+        # limits follow the model: its window (1M with the beta, where supported), less the
+        # request's max_tokens for an ``auto`` hard limit
+        betas = betas_of(",".join(headers.getall("anthropic-beta", [])))
+        limits = limits_for(config, model, betas, body.get("max_tokens"), self.models)
+        policy = self.policy_for(config, limits)
         key = f"{tenant}/{model}"
         as_sent = raw if raw is not None else orjson.dumps(body)
         changed_by_edge = raw is None
@@ -262,11 +281,13 @@ class CompactionService:
             outcome = await self._off_loop(
                 offload, compact, request, policy, self.counter, self.plans, scope
             )
-        if not isinstance(outcome, Done):
+        while isinstance(outcome, NeedsSummary):
+            # one call, or a bounded chain of them (the region is over the summariser's input
+            # budget): each call is its own leased key, so replicas share every link
             summary = await self._summary_once(
                 outcome.summary_request, tenant, config, upstream_headers or headers
             )
-            outcome = Done(await self._off_loop(offload, finish, outcome.continuation, summary))
+            outcome = await self._off_loop(offload, step, outcome.continuation, summary)
         result = outcome.result
         if result.plan_status == "new" and result.plan is not None:
             await self._persist_plan(result.plan)
@@ -373,7 +394,8 @@ class CompactionService:
         config: CompactionConfig,
         headers: Mapping[str, str],
     ) -> str | None:
-        """The summary of ``request``, made once across every replica sharing the store.
+        """The summary of ``request``, made once across every replica sharing the store (each
+        call of a chain is a request of its own: its key includes the previous call's summary).
 
         Replicas (or concurrent requests) compacting the same history ask the same summary
         request; the store gives one of them a lease (renewed while it calls) and the others

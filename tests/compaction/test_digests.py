@@ -23,7 +23,7 @@ from proxy.core.compaction import (
     Done,
     PlanCache,
     compact,
-    finish,
+    step,
 )
 from proxy.core.compaction.context import COMPACTION_JSON
 from proxy.core.compaction.digest import Digests, Resent, digests
@@ -49,9 +49,9 @@ def run(
     outcome = compact(
         CompactionInput(conv.system, conv.tools, messages, "m"), policy, counter, plans, "t"
     )
-    if isinstance(outcome, Done):
-        return outcome.result
-    return finish(outcome.continuation, "a summary of the earlier turns")
+    while not isinstance(outcome, Done):
+        outcome = step(outcome.continuation, "a summary of the earlier turns")
+    return outcome.result
 
 
 def fresh(messages: list[Any]) -> list[Any]:

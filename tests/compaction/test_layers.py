@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -21,6 +22,7 @@ from proxy.core.compaction import (
     compact,
     finish,
     run_compaction,
+    step,
     truncation_marker,
 )
 from proxy.core.compaction.bridge import (
@@ -93,10 +95,9 @@ def run(
         plans if plans is not None else PlanCache(),
         "t",
     )
-    if isinstance(outcome, NeedsSummary):
-        res = finish(outcome.continuation, answer)
-    else:
-        res = outcome.result
+    while isinstance(outcome, NeedsSummary):
+        outcome = step(outcome.continuation, answer)
+    res = outcome.result
     assert dumps(messages) == before  # never mutated
     check_view(messages, res.messages)
     return res
@@ -105,7 +106,12 @@ def run(
 # Policies: tiny thresholds so that compaction triggers; a large keep_recent switches L3 off.
 def only(**kw: Any) -> CompactionPolicy:
     defaults: dict[str, Any] = dict(
-        threshold=100, hard_limit=100_000, target_ratio=0.1, keep_recent=1_000, summarize=False
+        threshold=100,
+        hard_limit=100_000,
+        target_ratio=0.1,
+        keep_recent=1_000,
+        shrink_window=False,
+        summarize=False,
     )
     defaults.update(kw)
     return CompactionPolicy(**defaults)
@@ -512,18 +518,66 @@ def test_failed_summary_keeps_the_pruned_view(answer: str | None) -> None:
     assert dumps(res.messages) == dumps([FIRST, DONE, LAST])
 
 
-def test_summariser_input_is_bounded() -> None:
+def test_summariser_input_is_chunked_never_cut() -> None:
+    """Over the input budget, the removed region is summarised as a chain of calls, each
+    within the budget, and every removed message reaches one of them."""
     messages = [FIRST]
     for i in range(60):
         messages += interaction(f"b{i}", "Bash", lines(40, f"out{i}"), command=f"step {i}")
     messages += [DONE, LAST]
-    policy = only(keep_recent=2, summarize=True, summary_input_cap=1_000)
+    policy = only(keep_recent=2, summarize=True, summary_input_cap=1_500, summary_max_tokens=200)
+    outcome = compact(CompactionInput(None, None, messages, "m"), policy, COUNTER, PlanCache(), "t")
+    texts: list[str] = []
+    while isinstance(outcome, NeedsSummary):
+        text = outcome.summary_request.text
+        assert COUNTER.count_text(text) <= 1_500
+        if texts:  # each later call reads what the previous one wrote
+            assert f"<previous_summary>\nsummary {len(texts)}\n</previous_summary>" in text
+        texts.append(text)
+        outcome = step(outcome.continuation, f"summary {len(texts)}")
+    res = outcome.result
+    assert 1 < len(texts) <= policy.summary_max_calls
+    joined = "\n".join(texts)
+    assert "omitted" not in joined
+    for i in range(60):
+        assert f'"command":"step {i}"' in joined
+    # every removed message, by its index in the client's messages, in exactly one call
+    labels = [int(x) for x in re.findall(r"^\[#(\d+)\] (?:USER|ASSISTANT):", joined, re.M)]
+    [record] = [r for r in res.manifest if isinstance(r, Summarized)]
+    assert sorted(labels) == list(record.message_indices) == list(range(1, 121))
+    assert record.calls == len(texts) == res.summary_calls
+    assert res.summary_status == "ok"
+    assert "summary " + str(len(texts)) in dumps(res.messages).decode()
+
+
+def test_a_summary_chain_is_bounded_and_a_failure_anywhere_fails_it() -> None:
+    messages = [FIRST]
+    for i in range(60):
+        messages += interaction(f"b{i}", "Bash", lines(40, f"out{i}"), command=f"step {i}")
+    messages += [DONE, LAST]
+    policy = only(
+        keep_recent=2,
+        summarize=True,
+        summary_input_cap=700,
+        summary_max_tokens=100,
+        summary_max_calls=3,
+    )
     outcome = compact(CompactionInput(None, None, messages, "m"), policy, COUNTER, PlanCache(), "t")
     assert isinstance(outcome, NeedsSummary)
-    rendered = outcome.summary_request.text
-    assert COUNTER.count_block(rendered) <= 1_100
-    assert "step 0" in rendered and "step 59" in rendered  # head and tail kept
-    assert "messages omitted to fit" in rendered
+    assert outcome.continuation.calls == 3  # caps shrank rather than a message being left out
+    seen: list[int] = []
+    for _ in range(2):
+        assert isinstance(outcome, NeedsSummary)
+        seen += outcome.continuation.origins
+        with pytest.raises(ValueError, match="more call"):
+            finish(outcome.continuation, "partial")
+        outcome = step(outcome.continuation, "partial")
+    assert isinstance(outcome, NeedsSummary)
+    seen += outcome.continuation.origins
+    assert seen == list(range(1, 121))
+    failed = finish(outcome.continuation, None)  # the third call fails: no half summary
+    assert failed.summary_status == "failed" and failed.summary_calls == 3
+    assert "partial" not in dumps(failed.messages).decode()
 
 
 # --- cache_control ----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from proxy.core.compaction import (
     PlanCache,
     compact,
     finish,
+    step,
 )
 from proxy.core.compaction.bridge import SUMMARY_HEADER
 from proxy.core.tokens import TokenCounter
@@ -53,12 +54,12 @@ def run(
         plans if plans is not None else PlanCache(),
         "tenant",
     )
-    if isinstance(outcome, Done):
-        return outcome.result
-    assert outcome.summary_request.text.strip()
-    assert "base64" not in outcome.summary_request.text
-    assert conv_png_absent(outcome.summary_request.text)
-    return finish(outcome.continuation, answer)
+    while not isinstance(outcome, Done):
+        assert outcome.summary_request.text.strip()
+        assert "base64" not in outcome.summary_request.text
+        assert conv_png_absent(outcome.summary_request.text)
+        outcome = step(outcome.continuation, answer)
+    return outcome.result
 
 
 def conv_png_absent(text: str) -> bool:
@@ -137,7 +138,10 @@ def test_failed_summary_keeps_the_l1_to_l3_view(
     # Same cut except the bridge may be sized for a summary: the failed view is the pruned view
     # of that cut, so it is valid and never longer than the view with the summary
     check_view(conv.messages, failed.messages, conv.system, conv.tools)
-    ok = finish(outcome.continuation, "the summary")
+    chain = outcome
+    while not isinstance(chain, Done):
+        chain = step(chain.continuation, "the summary")
+    ok = chain.result
     assert ok.summary_status == "ok"
     assert len(failed.messages) <= len(ok.messages)
     assert dumps(failed.messages[-2:]) == dumps(ok.messages[-2:])

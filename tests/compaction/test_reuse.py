@@ -25,7 +25,7 @@ from proxy.core.compaction import (
     Plan,
     PlanCache,
     compact,
-    finish,
+    step,
 )
 from proxy.core.compaction.context import compaction_end
 from proxy.core.compaction.markers import cap_markers, count_markers
@@ -68,9 +68,9 @@ def run(
     outcome = compact(
         CompactionInput(conv.system, conv.tools, messages, "m"), policy, counter, plans, "t"
     )
-    if isinstance(outcome, Done):
-        return outcome.result
-    return finish(outcome.continuation, "a summary of the earlier turns")
+    while not isinstance(outcome, Done):
+        outcome = step(outcome.continuation, "a summary of the earlier turns")
+    return outcome.result
 
 
 def reference_view(
@@ -252,7 +252,11 @@ def test_edited_items_follow_the_markers_of_this_request() -> None:
             },
         ]
     policy = CompactionPolicy(
-        threshold=8_000, hard_limit=200_000, tool_result_cap=200, summarize=False
+        threshold=8_000,
+        hard_limit=200_000,
+        tool_result_cap=200,
+        summarize=False,
+        shrink_window=False,  # the window's cut results stay in the plan as edited items
     )
     conv = Conversation(None, [], messages)
     plans = PlanCache()

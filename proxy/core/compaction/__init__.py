@@ -21,6 +21,7 @@ from proxy.core.compaction.pipeline import (
     compact,
     finish,
     run_compaction,
+    step,
 )
 from proxy.core.compaction.plan import LAYERS, Plan, PlanCache, prefix_hashes
 from proxy.core.compaction.policy import (
@@ -29,7 +30,7 @@ from proxy.core.compaction.policy import (
     CompactionPolicy,
     ReadTool,
 )
-from proxy.core.compaction.summarize import SummaryRequest
+from proxy.core.compaction.summarize import SummaryPlan, SummaryRequest
 from proxy.core.compaction.truncate import truncation_marker
 
 __all__ = [
@@ -50,11 +51,13 @@ __all__ = [
     "ReadTool",
     "Removed",
     "Summarized",
+    "SummaryPlan",
     "SummaryRequest",
     "Truncated",
     "compact",
     "finish",
     "prefix_hashes",
     "run_compaction",
+    "step",
     "truncation_marker",
 ]

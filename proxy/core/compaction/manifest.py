@@ -67,6 +67,7 @@ class Summarized:
     tool_use_ids: tuple[str, ...]
     tokens_before: int
     summary_tokens: int
+    calls: int = 1  # summariser calls of the chain that wrote it (one per part of the region)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +76,7 @@ class Summarized:
             "tool_use_ids": list(self.tool_use_ids),
             "tokens_before": self.tokens_before,
             "summary_tokens": self.summary_tokens,
+            "calls": self.calls,
         }
 
 
@@ -110,6 +112,7 @@ def record_from_json(data: Any) -> ManifestRecord:
                 tuple(str(i) for i in data["tool_use_ids"]),
                 int(data["tokens_before"]),
                 int(data["summary_tokens"]),
+                int(data.get("calls", 1)),  # plans stored before chunked summaries: one call
             )
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed manifest record: {exc}") from exc

@@ -1,13 +1,13 @@
-"""The entry point: ``compact`` -> (``Done`` | ``NeedsSummary`` -> ``finish``).
+"""The entry point: ``compact`` -> (``Done`` | ``NeedsSummary`` -> ``step`` ...).
 
-Sans-I/O in two steps, because L4 needs a model call that only the edge can make::
+Sans-I/O in steps, because L4 needs model calls that only the edge can make (one, or a bounded
+chain of them when what is removed is over the summariser's input budget)::
 
     outcome = compact(request, policy, counter, plans, tenant)
-    if isinstance(outcome, NeedsSummary):
+    while isinstance(outcome, NeedsSummary):
         text = await call_the_model(outcome.summary_request)   # None on any failure
-        result = finish(outcome.continuation, text)
-    else:
-        result = outcome.result
+        outcome = step(outcome.continuation, text)
+    result = outcome.result
 
 (``run_compaction`` does exactly that with a callable.) Order of work:
 
@@ -43,7 +43,7 @@ from proxy.core.compaction.context import (
 )
 from proxy.core.compaction.dedup import dedup
 from proxy.core.compaction.digest import Digests, digests
-from proxy.core.compaction.manifest import ManifestRecord, Removed, Summarized
+from proxy.core.compaction.manifest import ManifestRecord, Removed, Summarized, Truncated
 from proxy.core.compaction.markers import cap_markers
 from proxy.core.compaction.plan import (
     LAYERS,
@@ -52,11 +52,12 @@ from proxy.core.compaction.plan import (
     PlanView,
 )
 from proxy.core.compaction.policy import CompactionPolicy
-from proxy.core.compaction.prune import Region, choose_region
+from proxy.core.compaction.prune import Region, choose_region, window_start
 from proxy.core.compaction.summarize import (
+    SummaryPlan,
     SummaryRequest,
     clean_summary,
-    render_region,
+    plan_summary,
     summary_request,
 )
 from proxy.core.compaction.truncate import truncate
@@ -81,6 +82,7 @@ __all__ = [
     "compact",
     "finish",
     "run_compaction",
+    "step",
 ]
 
 PlanStatus = Literal["new", "reused", "none"]
@@ -119,6 +121,8 @@ class CompactionResult:
     # of the request's messages: a later request that re-uses these message objects (a
     # ``Resent`` list) takes them instead of hashing its history again
     digests: Digests | None = None
+    # summariser calls this request's compaction made (0 unless ``plan_status`` is ``new``)
+    summary_calls: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +143,24 @@ class _Run:
 
 @dataclass(frozen=True, slots=True)
 class Continuation:
-    """Everything ``finish`` needs after the summary call. Opaque to the edge."""
+    """Everything ``step`` / ``finish`` need after a summary call. Opaque to the edge."""
 
     run: _Run
     region: Region
     records: tuple[ManifestRecord, ...]
     applied: tuple[str, ...]
+    summary: SummaryPlan | None = None  # the chain of calls (None: one call, no plan kept)
+    index: int = 0  # the call this continuation waits for (0-based)
+
+    @property
+    def calls(self) -> int:
+        """Calls of the whole chain."""
+        return self.summary.calls if self.summary is not None else 1
+
+    @property
+    def origins(self) -> tuple[int, ...]:
+        """The client message indices the awaited call's text renders."""
+        return self.summary.origins[self.index] if self.summary is not None else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,27 +467,46 @@ def compact(
 
     applied: list[str] = []
     records: list[ManifestRecord] = []
-    entries, truncated = truncate(entries, ctx)
-    if truncated:
-        applied.append("truncate")
-        records.extend(truncated)
+    # L1 spares the recent window first: pruning (and the summary) may make cutting it needless
+    entries, truncated = truncate(entries, ctx, stop=window_start(entries, policy.keep_recent))
+    records.extend(truncated)
     if not ctx.under_target(entries):
         entries, removed = dedup(entries, ctx)
         if removed:
             applied.append("dedup")
             records.extend(removed)
+    region: Region | None = None
     if not ctx.under_target(entries):
         region = choose_region(entries, ctx, run.base.bridge if run.base is not None else None)
-        if region is not None:
-            if policy.summarize:
-                text = render_region(
-                    region.previous, [e.message for e in region.removed], policy, ctx.text_tokens
-                )
-                return NeedsSummary(
-                    summary_request(text, policy, request.model),
-                    Continuation(run, region, tuple(records), tuple(applied)),
-                )
-            return Done(_pruned(run, region, records, applied, "skipped"))
+    if region is not None and ctx.calibrated_total(region.kept_tokens) > policy.target:
+        # the cut alone is not enough: now L1 cuts inside the kept window too
+        rest = list(region.rest)
+        outside = region.kept_tokens - sum(e.tokens for e in rest)
+        rest, late = truncate(rest, ctx, extra=outside)
+        if late:
+            kept = outside + sum(e.tokens for e in rest)
+            region = replace(region, rest=tuple(rest), kept_tokens=kept)
+            records.extend(late)
+    elif region is None and not ctx.under_target(entries):
+        entries, late = truncate(entries, ctx)
+        records.extend(late)
+    if any(isinstance(r, Truncated) for r in records):
+        applied.insert(0, "truncate")
+    if region is not None:
+        if policy.summarize and ctx.calibrated_total(region.kept_tokens) <= policy.hard_limit:
+            chain = plan_summary(
+                region.previous,
+                [(e.origin, e.message) for e in region.removed if e.origin is not None],
+                policy,
+                ctx.text_tokens,
+            )
+            return NeedsSummary(
+                summary_request(chain.text(0, None), policy, request.model),
+                Continuation(run, region, tuple(records), tuple(applied), chain),
+            )
+        # no summary call for a view that would be refused anyway (over the hard limit even
+        # with the summary): the pruned view, which is smaller, is all there is
+        return Done(_pruned(run, region, records, applied, "skipped"))
     return Done(_finalize(run, entries, records, applied, "skipped", None))
 
 
@@ -499,26 +534,37 @@ def _pruned(
     )
 
 
-def finish(continuation: Continuation, summary_text: str | None) -> CompactionResult:
-    """Complete a compaction with the summariser's answer.
+def step(continuation: Continuation, summary_text: str | None) -> CompactionOutcome:
+    """Feed the summariser's answer to the awaited call: the next call of the chain
+    (``NeedsSummary``), or the finished compaction (``Done``).
 
-    ``None``, empty or whitespace-only text means the call failed: the L1-L3 view stands (the
-    region is dropped, a previous summary and the carried user texts stay in the bridge) and
-    ``summary_status`` is ``failed``. No error text ever enters the conversation.
+    ``None``, empty or whitespace-only text means the call failed, wherever it is in the chain:
+    the L1-L3 view stands (the region is dropped, a previous summary and the carried user texts
+    stay in the bridge) and ``summary_status`` is ``failed``. No error text ever enters the
+    conversation, and no half-made chain's summary either.
     """
     run = continuation.run
     region = continuation.region
+    calls = continuation.index + 1
     summary = clean_summary(summary_text, run.policy, run.ctx.text_tokens)
     if summary is None:
-        return _pruned(run, region, continuation.records, continuation.applied, "failed")
+        failed = _pruned(run, region, continuation.records, continuation.applied, "failed")
+        return Done(replace(failed, summary_calls=calls))
+    chain = continuation.summary
+    if chain is not None and calls < chain.calls:
+        nxt = replace(continuation, index=calls)
+        return NeedsSummary(
+            summary_request(chain.text(calls, summary), run.policy, run.request.model), nxt
+        )
     bridge = Bridge(summary, region.carried)
     record = Summarized(
         region.message_indices,
         region.tool_use_ids,
         region.removed_tokens,
         run.ctx.text_tokens(summary),
+        calls,
     )
-    return _finalize(
+    result = _finalize(
         run,
         region.assemble(bridge, run.ctx),
         [*continuation.records, record],
@@ -526,6 +572,20 @@ def finish(continuation: Continuation, summary_text: str | None) -> CompactionRe
         "ok",
         bridge,
     )
+    return Done(replace(result, summary_calls=calls))
+
+
+def finish(continuation: Continuation, summary_text: str | None) -> CompactionResult:
+    """``step`` for the last call of a chain (or a failed one): the finished compaction.
+
+    Raises ``ValueError`` when the chain still has calls to make (use ``step``)."""
+    outcome = step(continuation, summary_text)
+    if not isinstance(outcome, Done):
+        raise ValueError(
+            f"the summary chain has {continuation.calls - continuation.index - 1} more call(s):"
+            " use step()"
+        )
+    return outcome.result
 
 
 async def run_compaction(
@@ -541,7 +601,7 @@ async def run_compaction(
     ``summarize`` returns ``None`` (or empty text) on failure; exceptions it raises propagate.
     """
     outcome = compact(request, policy, counter, plans, tenant)
-    if isinstance(outcome, Done):
-        return outcome.result
-    text = await summarize(outcome.summary_request)
-    return finish(outcome.continuation, text)
+    while isinstance(outcome, NeedsSummary):
+        text = await summarize(outcome.summary_request)
+        outcome = step(outcome.continuation, text)
+    return outcome.result

@@ -101,12 +101,19 @@ class CompactionPolicy:
     target_ratio: float = 0.55
     tool_result_cap: int = 5_000
     keep_recent: int = 6
+    # the recent window shrinks (whole interactions, down to the latest assistant message) when
+    # it alone keeps the view over the target; False: ``keep_recent`` messages stay whatever
+    # they weigh (L1 cuts inside them instead)
+    shrink_window: bool = True
     read_tools: tuple[ReadTool, ...] = DEFAULT_READ_TOOLS
     summarize: bool = True
     summary_model: str = "claude-haiku-4-5"
     summary_max_tokens: int = 2_000
     summary_prompt: str = DEFAULT_SUMMARY_PROMPT
+    # the summariser's input budget per call (``compaction.summary.input_budget``), and the most
+    # calls one compaction may make to summarise everything it removes (an incremental chain)
     summary_input_cap: int = 24_000
+    summary_max_calls: int = 6
     summary_tool_result_cap: int = 400
     summary_tool_input_chars: int = 300
     carried_text_cap: int = 2_000
@@ -128,8 +135,13 @@ class CompactionPolicy:
             problems.append("keep_recent must be >= 1")
         if self.summary_max_tokens < 1:
             problems.append("summary_max_tokens must be >= 1")
-        if self.summary_input_cap < 100:
-            problems.append("summary_input_cap must be >= 100")
+        if self.summary_input_cap < self.summary_max_tokens + 200:
+            problems.append(
+                "summary_input_cap must be >= summary_max_tokens + 200 (each call after the"
+                " first reads the previous call's summary)"
+            )
+        if self.summary_max_calls < 1:
+            problems.append("summary_max_calls must be >= 1")
         if self.summary_tool_result_cap < 1 or self.summary_tool_input_chars < 1:
             problems.append("summary caps must be >= 1")
         if self.carried_text_cap < 1:

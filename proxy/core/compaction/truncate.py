@@ -8,7 +8,8 @@ images, documents and every other block stay as they are.
 
 Never touched: the last message, assistant messages, anything up to a provider ``compaction``
 block, and results already cut. Oldest results go first; the layer stops as soon as the view is
-under the target.
+under the target. The pipeline spares the recent window (``keep_recent``) on the first pass and
+cuts inside it only when pruning (and shrinking the window) cannot get the view under target.
 """
 
 from __future__ import annotations
@@ -104,15 +105,21 @@ def _cut_content(content: Any, ctx: LayerContext, pointer: str | None) -> Any | 
     return out
 
 
-def truncate(entries: Sequence[Entry], ctx: LayerContext) -> tuple[list[Entry], list[Truncated]]:
-    """Apply L1 oldest-first until the view is under the target."""
+def truncate(
+    entries: Sequence[Entry], ctx: LayerContext, stop: int | None = None, extra: int = 0
+) -> tuple[list[Entry], list[Truncated]]:
+    """Apply L1 oldest-first until the view is under the target.
+
+    ``stop``: only entries before it are cut (the recent window is spared); ``extra``: raw tokens
+    of the request outside ``entries`` (when ``entries`` is part of a view)."""
     view = list(entries)
     records: list[Truncated] = []
-    raw = sum(e.tokens for e in view)
+    raw = sum(e.tokens for e in view) + extra
     if ctx.calibrated_total(raw) <= ctx.policy.target:
         return view, records
     count = ctx.counter.count_block
-    for i in range(frozen_len(view), len(view) - 1):
+    end = len(view) - 1 if stop is None else min(stop, len(view) - 1)
+    for i in range(frozen_len(view), end):
         entry = view[i]
         item = entry.item
         if entry.role != "user" or not isinstance(item, FromClient):
