@@ -151,7 +151,7 @@ INVALID: list[tuple[str, str]] = [
     (acme(sources="sources: {kinds: transcript}\n"), "key 'sources.kinds': expected a list, got str"),
     (acme(sources="sources: {session_patterns: ['a b']}\n"), "key 'sources.session_patterns': expected a list of non-empty glob patterns"),
     (acme(sources="sources: {session_patterns: ['']}\n"), "key 'sources.session_patterns': expected a list of non-empty glob patterns"),
-    (acme(sources="sources: {roots: /x}\n"), "key 'sources.roots': unknown key (expected one of: artifact_root, kinds, session_patterns, transcript_root)"),
+    (acme(sources="sources: {roots: /x}\n"), "key 'sources.roots': unknown key (expected one of: artifact_root, kinds, object_store, session_patterns, signing, transcript_root)"),
     (acme(compaction="compaction: {threshold: -1}\n"), "key 'compaction.threshold': expected a positive number, got -1"),
     (acme(compaction="compaction: {threshold: 200000}\n"), "key 'compaction.hard_limit': expected a value >= compaction.threshold (200000), got 120000"),
     (acme(compaction="compaction: {thresold: 1}\n"), "key 'compaction.thresold': unknown key"),

@@ -16,6 +16,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from proxy.store import source_schema
 from proxy.store.base import StoreError
 
 __all__ = ["MIGRATIONS", "Migration", "SchemaTooNew", "migrate"]
@@ -130,6 +131,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             ) WITHOUT ROWID""",
         ),
     ),
+    Migration(source_schema.VERSION, source_schema.MIGRATION_NAME, source_schema.SQLITE_STATEMENTS),
 )
 
 

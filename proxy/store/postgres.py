@@ -50,6 +50,7 @@ from proxy.core.durable import (
     apply,
     prepare_changes,
 )
+from proxy.store import source_schema
 from proxy.store.base import (
     DEFAULT_EVENT_LIMIT,
     DEFAULT_PLAN_LIMIT,
@@ -210,6 +211,7 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (tenant, model)
         )""",
     ),
+    source_schema.VERSION: source_schema.PG_STATEMENTS,
 }
 
 

@@ -83,12 +83,14 @@ async def test_schema_migrations_table(pg_store: PostgresStore, pg_url: str) -> 
         await conn.close()
     assert [tuple(r) for r in rows] == [(m.version, m.name) for m in MIGRATIONS]
     assert [t["table_name"] for t in tables] == [
+        "artifact_manifests",
         "calibration",
         "durable_changes",
         "manifests",
         "plans",
         "schema_migrations",
         "sessions",
+        "source_audit",
         "summaries",
         "transcript_events",
         "transcript_heads",
