@@ -95,7 +95,7 @@ def test_an_object_store_needs_signing_keys_and_prefixes_never_overlap(tmp_path:
     data = yaml.safe_load((policies / "acme.yaml").read_text())
     del data["sources"]["signing"]
     (policies / "acme.yaml").write_text(yaml.safe_dump(data))
-    with pytest.raises(PolicyError, match="expected signing keys with sources.object_store"):
+    with pytest.raises(PolicyError, match=r"expected signing keys with sources\.object_store"):
         _load(policies, ENV)
     policies = _policy(tmp_path)
     _policy(tmp_path, "globex", prefix="tenants/acme/globex/")
