@@ -17,6 +17,7 @@ from proxy.sources.object_store import (
     check_endpoint,
     check_prefix,
     check_region,
+    dns_host,
 )
 from proxy.sources.sigv4 import Credentials
 
@@ -165,6 +166,12 @@ def build_object_store(
     if raw.session_token_env:
         token = _read_env(env, raw.session_token_env, "sources.object_store.session_token_env", errors)
     if key_id is None or secret is None or (raw.session_token_env and token is None):
+        return None
+    if raw.addressing == "virtual" and not dns_host(raw.endpoint):
+        errors.append(
+            "key 'sources.object_store.addressing': expected path with an endpoint that is an IP"
+            f" address (virtual addressing puts the bucket in the host name), got {raw.addressing!r}"
+        )
         return None
     return ObjectStoreSettings(
         bucket=raw.bucket,

@@ -78,6 +78,7 @@ def test_a_valid_policy_reads_credentials_from_the_named_variables(tmp_path: Pat
         ({"prefix": "no-slash"}, ENV, "key 'sources.object_store.prefix'"),
         ({"bucket": "Bad_Bucket"}, ENV, "key 'sources.object_store.bucket'"),
         ({"addressing": "auto"}, ENV, "expected one of path, virtual"),
+        ({"addressing": "virtual"}, ENV, "key 'sources.object_store.addressing': expected path with an endpoint that is an IP"),
         ({"secret_access_key": SECRET}, ENV, "key 'sources.object_store.secret_access_key': unknown key"),
     ],
 )

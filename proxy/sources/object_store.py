@@ -45,6 +45,7 @@ __all__ = [
     "check_endpoint",
     "check_prefix",
     "check_region",
+    "dns_host",
 ]
 
 Addressing = Literal["path", "virtual"]
@@ -98,6 +99,11 @@ def check_endpoint(value: str) -> str | None:
     return None
 
 
+def dns_host(endpoint: str) -> bool:
+    host = urlsplit(endpoint).hostname or ""
+    return bool(host) and ":" not in host and not host.replace(".", "").isdigit()
+
+
 @dataclass(frozen=True, slots=True)
 class ObjectStoreSettings:
     """Where a tenant's artifacts live; built once from its policy (credentials from the
@@ -125,6 +131,8 @@ class ObjectStoreSettings:
                 raise ValueError(f"expected {problem}")
         if self.addressing not in ("path", "virtual"):
             raise ValueError("addressing must be path or virtual")
+        if self.addressing == "virtual" and not dns_host(self.endpoint):
+            raise ValueError("virtual addressing needs an endpoint with a DNS host name")
         if min(self.connect_timeout, self.read_timeout) <= 0 or self.max_concurrency < 1:
             raise ValueError("timeouts and concurrency must be positive")
 

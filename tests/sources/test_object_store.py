@@ -284,6 +284,25 @@ async def test_a_redirect_is_denied_and_never_followed(status: int, checks: Sour
             assert "AWS4-HMAC-SHA256" in endpoint.requests[0]["headers"]["Authorization"]
         assert foreign.requests == []  # nothing, and so no credential, reached the other host
     await checks.audit.flush()
+    [row] = await list_audit(checks.store, AuditQuery("acme"))
+    assert (row.status, row.backend, row.detail) == ("denied", "s3", "redirect")
+
+
+def test_path_and_virtual_addressing_pin_the_host() -> None:
+    c = Credentials("a", "b")
+    path = settings_for("https://s3.eu-west-1.amazonaws.com", "p/", c)
+    url, host, signed = path.url_for("p/s1/tool-results/a.txt")
+    assert (str(url), host, signed) == (
+        f"https://s3.eu-west-1.amazonaws.com/{BUCKET}/p/s1/tool-results/a.txt",
+        "s3.eu-west-1.amazonaws.com",
+        f"/{BUCKET}/p/s1/tool-results/a.txt",
+    )
+    virtual = dataclasses.replace(path, addressing="virtual")
+    url, host, signed = virtual.url_for("p/s1/tool-results/a.txt")
+    assert (host, signed) == (f"{BUCKET}.s3.eu-west-1.amazonaws.com", "/p/s1/tool-results/a.txt")
+    assert str(url) == f"https://{host}/p/s1/tool-results/a.txt"
+    with pytest.raises(ValueError, match="DNS host name"):
+        settings_for("http://127.0.0.1:9000", "p/", c, addressing="virtual")
 
 
 async def test_wrong_or_expired_credentials_are_denied(
