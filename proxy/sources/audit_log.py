@@ -4,13 +4,13 @@
 the buffer to the store in batches (every ``flush_seconds``, or at once when ``batch_size`` rows
 are waiting). A request never waits for an audit write. If the store is down, the rows wait (up
 to ``max_pending``; past that the oldest are dropped and counted in :attr:`dropped`, and a
-warning is logged once per outage), and the next flush retries.
+warning is logged once per outage), and the next flush retries. No task lives between flushes
+(a timer arms the next one), so an idle log holds nothing open.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -39,35 +39,44 @@ class AuditLog:
         self._flush_seconds = flush_seconds
         self._pending: deque[AuditRow] = deque()
         self._max_pending = max_pending
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
         self._failing = False
+        self._closed = False
         self.dropped = 0
         self.written = 0
 
     def record(self, rows: Sequence[AuditRow]) -> None:
+        """Queue ``rows``; a flush follows within ``flush_seconds`` (at once for a full batch)."""
         for row in rows:
             if len(self._pending) >= self._max_pending:
                 self._pending.popleft()
                 self.dropped += 1
             self._pending.append(row)
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
         if len(self._pending) >= self._batch_size:
-            self._wake.set()
+            self._kick()
+        else:
+            self._arm()
 
-    async def _run(self) -> None:
-        while self._pending:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._flush_seconds)
-            self._wake.clear()
-            await self.flush()
-            if self._failing:
-                await asyncio.sleep(self._flush_seconds)
+    def _arm(self) -> None:
+        if self._timer is None and self._pending and not self._closed:
+            self._timer = asyncio.get_running_loop().call_later(self._flush_seconds, self._kick)
+
+    def _kick(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task = asyncio.get_running_loop().create_task(self._flush_then_rearm())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _flush_then_rearm(self) -> None:
+        await self.flush()
+        self._arm()  # rows that came in meanwhile, or a batch that failed: try again later
 
     async def flush(self) -> None:
-        """Write everything pending now (tests, shutdown)."""
+        """Write everything pending now (tests, shutdown, the admin audit route)."""
         async with self._lock:
             while self._pending:
                 count = min(self._batch_size, len(self._pending))
@@ -87,9 +96,10 @@ class AuditLog:
                 self._failing = False
 
     async def close(self) -> None:
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
         await self.flush()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import posixpath
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -22,6 +23,8 @@ from aiohttp import web
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proxy.core.pointers import ArtifactPointer, BadPointer, parse_pointer
 from proxy.sources.checks import SourceChecks
@@ -398,3 +401,46 @@ async def test_local_artifacts_are_signed_too(checks: SourceChecks, tmp_path: Pa
     unsigned = dataclasses.replace(policy, signing=None)
     got = await checks.resolve_many("acme", unsigned, [f"artifact:s1:b.txt:{SHA}"])
     assert got[0].status == "available"  # without keys, local artifacts are checked as before
+
+
+async def test_the_audit_log_batches_waits_out_an_outage_and_bounds_memory() -> None:
+    from proxy.sources.audit_log import AuditLog
+    from proxy.store.base import StoreUnavailable
+    from proxy.store.source_records import AuditRow
+
+    written: list[list[AuditRow]] = []
+    down = True
+
+    async def write(rows: Any) -> None:
+        if down:
+            raise StoreUnavailable("down")
+        written.append(list(rows))
+
+    log = AuditLog(write, batch_size=3, flush_seconds=0.05, max_pending=5)
+    rows = [AuditRow("t", "s", f"p{i}", "missing", None, "s3", "", 0.0, "x", "t") for i in range(7)]
+    log.record(rows[:2])
+    await log.flush()
+    assert written == [] and log.dropped == 0  # kept while the store is down
+    log.record(rows[2:])
+    await log.flush()
+    assert log.dropped == 2  # at most max_pending rows wait; the oldest go first
+    down = False
+    await log.close()
+    assert [r.pointer for batch in written for r in batch] == ["p2", "p3", "p4", "p5", "p6"]
+    assert [len(b) for b in written] == [3, 2]
+
+
+_COMPONENT = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,40}", fullmatch=True)
+
+
+@given(session=st.one_of(_COMPONENT, st.text(max_size=30)), name=st.one_of(_COMPONENT, st.text(max_size=30)))
+@settings(max_examples=300, deadline=None)
+def test_a_key_is_always_under_the_prefix_or_refused(session: str, name: str) -> None:
+    store = settings_for("http://127.0.0.1:9", "tenants/acme/", Credentials("a", "b"))
+    key = object_key(store, session, name)
+    if key is not None:
+        assert key.startswith("tenants/acme/") and key == posixpath.normpath(key)
+        assert ".." not in key.split("/") and not key.startswith("/")
+    pointer = parse_pointer(f"artifact:{session}:{name}:{SHA}")
+    if isinstance(pointer, ArtifactPointer):  # whatever the grammar accepts has a key
+        assert object_key(store, pointer.session, pointer.name) is not None
