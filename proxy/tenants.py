@@ -45,6 +45,15 @@ from proxy.config import (
 )
 from proxy.core.pointers import KINDS, is_valid_component
 from proxy.sources.policy import SourcePolicy
+from proxy.tenant_sources import (
+    NO_OBJECT_STORE,
+    NO_SIGNING,
+    ObjectStoreFile,
+    SigningFile,
+    build_object_store,
+    build_signing,
+    overlapping_stores,
+)
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -244,6 +253,9 @@ class _SourcesFile:
     # "" = the default: <state_dir>/tenants/<name>/<kind>s (keys) or <state_dir>/sources/<kind>s
     transcript_root: str = field(default="", metadata={"check": _absolute})
     artifact_root: str = field(default="", metadata={"check": _absolute})
+    # Artifacts on an S3-compatible store, and manifest signing keys (proxy.tenant_sources).
+    object_store: ObjectStoreFile = NO_OBJECT_STORE
+    signing: SigningFile = NO_SIGNING
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,6 +399,13 @@ def _tenant(
         default_base = os.path.join(state_dir, "tenants", raw.name)
     transcript_root = raw.sources.transcript_root or os.path.join(default_base, "transcripts")
     artifact_root = raw.sources.artifact_root or os.path.join(default_base, "artifacts")
+    object_store = build_object_store(raw.sources.object_store, env, errors)
+    signing = build_signing(raw.sources.signing, env, errors)
+    if object_store is not None and signing is None and raw.sources.signing == NO_SIGNING:
+        errors.append(
+            "key 'sources.signing': expected signing keys with sources.object_store (every"
+            " artifact in an object store needs a signed manifest entry), missing"
+        )
     if errors or provider is None:
         return None
     try:
@@ -395,6 +414,8 @@ def _tenant(
             raw.sources.session_patterns,
             os.path.normpath(transcript_root),
             os.path.normpath(artifact_root),
+            object_store,
+            signing,
         )
     except ValueError as exc:  # every rule is checked above; a safety net, never a crash
         errors.append(f"key 'sources': expected a valid source policy ({exc})")
@@ -532,3 +553,15 @@ def _check_across_files(tenants: list[Tenant], problems: list[str]) -> None:
                         f" {other.policy_file} key '{other_key}' ({shown(other_root)})"
                     )
             roots.append((tenant, key, root))
+        store = tenant.sources.object_store
+        for other in tenants:
+            other_store = other.sources.object_store
+            if other is tenant:
+                break
+            if store is not None and other_store is not None and overlapping_stores(store, other_store):
+                problems.append(
+                    f"{path}: key 'sources.object_store.prefix': expected a prefix that no other"
+                    " tenant's prefix in the same bucket contains, equals or is inside, got"
+                    f" {store.prefix!r}, which overlaps {other.policy_file}"
+                    f" ({other_store.prefix!r})"
+                )

@@ -4,6 +4,7 @@ processes they describe run directly."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
@@ -19,6 +20,8 @@ from proxy.tenants import load_tenancy
 ROOT = Path(__file__).resolve().parent.parent
 REPLICAS = ("proxy-1", "proxy-2")
 DEMO_REPLICAS = ("demo-1", "demo-2")
+S3_REPLICAS = ("s3-1", "s3-2")
+S3_SERVICES = ("minio", "minio-init")
 IMAGE_CONFIG = "/etc/context-proxy/config.yaml"  # the Dockerfile's default
 
 
@@ -58,7 +61,15 @@ def _host_port(service: dict[str, Any], container_port: int) -> int:
 
 def test_services_and_images(compose: dict[str, Any]) -> None:
     services = compose["services"]
-    assert set(services) == {"postgres", *REPLICAS, "lb", "fake-upstream", *DEMO_REPLICAS}
+    assert set(services) == {
+        "postgres",
+        *REPLICAS,
+        "lb",
+        "fake-upstream",
+        *DEMO_REPLICAS,
+        *S3_SERVICES,
+        *S3_REPLICAS,
+    }
     assert services["postgres"]["image"] == "postgres:15"
     for name in (*REPLICAS, *DEMO_REPLICAS, "fake-upstream"):
         build = services[name]["build"]
@@ -219,3 +230,51 @@ def test_the_test_fixtures_ship_with_the_repository() -> None:
         and ("../shared" in p.read_text() or 'parents[2] / "shared"' in p.read_text())
     ]
     assert offenders == []
+
+
+def test_s3_profile_replicas_share_only_postgres_and_the_bucket(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    s3 = {name for name, s in services.items() if "s3" in s.get("profiles", [])}
+    assert s3 == {*S3_SERVICES, *S3_REPLICAS}
+    minio = services["minio"]
+    assert minio["image"].startswith("minio/minio:") and minio["command"][:2] == ["server", "/data"]
+    init = " ".join(services["minio-init"]["command"])
+    stores, policies = set(), []
+    for name in S3_REPLICAS:
+        service = services[name]
+        mounts = _mounts(service)
+        assert all(source.startswith("./") for source in mounts.values()), mounts  # no volume
+        assert all(entry.endswith(":ro") for entry in service["volumes"])
+        assert service["depends_on"]["minio-init"] == {
+            "condition": "service_completed_successfully"
+        }
+        config_path = ROOT / mounts[service["environment"]["CONTEXT_PROXY_CONFIG"]]
+        config = load_config(config_path)
+        assert config.state_dir not in mounts  # its own scratch space, never shared
+        stores.add(config.store_url)
+        host_policies = {
+            t: ROOT / src for t, src in mounts.items() if t.startswith(config.policies_dir)
+        }
+        assert host_policies, "the policies are mounted"
+        policies_dir = next(iter(host_policies.values())).parent
+        tenancy = load_tenancy(
+            dataclasses.replace(config, policies_dir=str(policies_dir)),
+            environ={k: str(v) for k, v in service["environment"].items()},
+            source=str(config_path),
+        )
+        (tenant,) = tenancy.tenants
+        store = tenant.sources.object_store
+        assert store is not None and tenant.sources.signing is not None
+        assert (
+            urlsplit(store.endpoint).hostname == "minio" and urlsplit(store.endpoint).port == 9000
+        )
+        assert f"mc mb --ignore-existing local/{store.bucket}" in init
+        assert (
+            store.credentials.access_key_id in init and store.credentials.secret_access_key in init
+        )
+        policies.append(tenant.sources)
+    (url,) = stores
+    database = urlsplit(url).path.lstrip("/")
+    init_sql = (ROOT / "examples" / "postgres-init.sql").read_text()
+    assert f"CREATE DATABASE {database}" in init_sql
+    assert policies[0] == policies[1]

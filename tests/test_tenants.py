@@ -86,7 +86,11 @@ def two_tenants(tmp_path: Path) -> Tenancy:
 
 def test_committed_example_policies_are_valid(tmp_path: Path) -> None:
     config = parse_config(
-        {"policies_dir": str(ROOT / "policies"), "auth": {"mode": "keys"}, "state_dir": str(tmp_path)}
+        {
+            "policies_dir": str(ROOT / "policies"),
+            "auth": {"mode": "keys"},
+            "state_dir": str(tmp_path),
+        }
     )
     tenancy = load_tenancy(
         config, environ={"ACME_ANTHROPIC_KEY": SECRET, "GLOBEX_ANTHROPIC_KEY": SECRET_B}
@@ -110,7 +114,11 @@ def test_the_dummy_keys_named_in_the_examples_are_the_ones_hashed(tmp_path: Path
         name = path.stem
         for digest, key in re.findall(r"- ([0-9a-f]{64})\s+# (\S+)", path.read_text()):
             assert sha(key) == digest, f"{path}: the comment names the wrong key"
-            found = tenancy.admin(key) if key.startswith("cpa-") else tenancy.authenticate({"x-api-key": key})
+            found = (
+                tenancy.admin(key)
+                if key.startswith("cpa-")
+                else tenancy.authenticate({"x-api-key": key})
+            )
             assert found is not None and found.name == name
             documented += 1
     assert documented >= 4
@@ -123,40 +131,136 @@ INVALID: list[tuple[str, str]] = [
     (acme(name="name: 'a.'\n"), "key 'name': expected a tenant name"),
     (acme(name="name: " + "a" * 65 + "\n"), "key 'name': expected a tenant name"),
     (acme(name="name: CON\n"), "key 'name': expected a tenant name"),
-    (acme(name=""), "key 'name': expected a tenant name: [A-Za-z0-9][A-Za-z0-9._-]{0,63}, not ending in '.', not a Windows device name, missing"),
-    (acme(provider=""), "key 'provider': expected a mapping with mode: env or passthrough, missing"),
-    (acme(provider="provider: {}\n"), "key 'provider.mode': expected one of env, passthrough, missing"),
-    (acme(provider="provider:\n"), "key 'provider.mode': expected one of env, passthrough, missing"),
-    (acme(provider="provider: {mode: magic}\n"), "key 'provider.mode': expected one of env, passthrough, got 'magic'"),
+    (
+        acme(name=""),
+        "key 'name': expected a tenant name: [A-Za-z0-9][A-Za-z0-9._-]{0,63}, not ending in '.', not a Windows device name, missing",
+    ),
+    (
+        acme(provider=""),
+        "key 'provider': expected a mapping with mode: env or passthrough, missing",
+    ),
+    (
+        acme(provider="provider: {}\n"),
+        "key 'provider.mode': expected one of env, passthrough, missing",
+    ),
+    (
+        acme(provider="provider:\n"),
+        "key 'provider.mode': expected one of env, passthrough, missing",
+    ),
+    (
+        acme(provider="provider: {mode: magic}\n"),
+        "key 'provider.mode': expected one of env, passthrough, got 'magic'",
+    ),
     (acme(provider="provider: env\n"), "key 'provider': expected a mapping, got 'env'"),
-    (acme(provider="provider: {mode: env}\n"), "key 'provider.api_key_env': expected the name of the environment variable"),
-    (acme(provider="provider: {mode: env, api_key_env: 'MY-KEY'}\n"), "key 'provider.api_key_env': expected an environment variable name"),
-    (acme(provider="provider: {mode: env, api_key_env: NOT_SET}\n"), "key 'provider.api_key_env': expected environment variable NOT_SET to be set, it is not"),
-    (acme(provider="provider: {mode: env, api_key_env: EMPTY}\n"), "key 'provider.api_key_env': expected environment variable EMPTY to be non-empty"),
-    (acme(provider="provider: {mode: env, api_key_env: NEWLINE}\n"), "key 'provider.api_key_env': expected environment variable NEWLINE to hold printable ASCII without whitespace"),
-    (acme(provider="provider: {mode: passthrough, api_key_env: ACME_KEY}\n"), "key 'provider.api_key_env': expected no variable with provider.mode 'passthrough'"),
-    (acme(provider="provider: {mode: env, api_key_env: ACME_KEY, key: x}\n"), "key 'provider.key': unknown key (expected one of: api_key_env, mode)"),
-    (acme(api_keys_sha256="api_keys_sha256: [xyz]\n"), "key 'api_keys_sha256[0]': expected 64 hex digits, the SHA-256 of the secret"),
-    (acme(api_keys_sha256=f"api_keys_sha256: [{sha(KEY_A)[:-1]}]\n"), "key 'api_keys_sha256[0]': expected 64 hex digits"),
-    (acme(api_keys_sha256=f"api_keys_sha256: ['{sha(KEY_A)} ']\n"), "key 'api_keys_sha256[0]': expected 64 hex digits"),
-    (acme(api_keys_sha256=f"api_keys_sha256: [{sha(KEY_A)}, '{'g' * 64}']\n"), "key 'api_keys_sha256[1]': expected 64 hex digits"),
-    (acme(api_keys_sha256=f"api_keys_sha256: {sha(KEY_A)}\n"), "key 'api_keys_sha256': expected a list, got str"),
-    (acme(api_keys_sha256="api_keys_sha256: [12]\n"), "key 'api_keys_sha256[0]': expected a string, got a value of type int (not shown"),
-    (acme(api_keys_sha256=f"api_keys_sha256: [{sha(KEY_A)}, {sha(KEY_A).upper()}]\n"), "key 'api_keys_sha256[1]': expected each hash once, got a repeat of api_keys_sha256[0]"),
-    (acme(admin_tokens_sha256="admin_tokens_sha256: [nothex]\n"), "key 'admin_tokens_sha256[0]': expected 64 hex digits"),
-    (acme(admin_tokens_sha256=f"admin_tokens_sha256: [{sha(KEY_A)}]\n"), "key 'admin_tokens_sha256[0]': expected a hash used once across every key and admin token of every policy file, got one also in"),
-    (acme(sources="sources: {transcript_root: relative/transcripts}\n"), "key 'sources.transcript_root': expected an absolute path, got 'relative/transcripts'"),
-    (acme(sources="sources: {artifact_root: ./artifacts}\n"), "key 'sources.artifact_root': expected an absolute path, got './artifacts'"),
-    (acme(sources="sources: {kinds: [transcript, store]}\n"), "key 'sources.kinds': expected a list of: artifact, transcript"),
-    (acme(sources="sources: {kinds: transcript}\n"), "key 'sources.kinds': expected a list, got str"),
-    (acme(sources="sources: {session_patterns: ['a b']}\n"), "key 'sources.session_patterns': expected a list of non-empty glob patterns"),
-    (acme(sources="sources: {session_patterns: ['']}\n"), "key 'sources.session_patterns': expected a list of non-empty glob patterns"),
-    (acme(sources="sources: {roots: /x}\n"), "key 'sources.roots': unknown key (expected one of: artifact_root, kinds, session_patterns, transcript_root)"),
-    (acme(compaction="compaction: {threshold: -1}\n"), "key 'compaction.threshold': expected a positive number of tokens, got -1"),
-    (acme(compaction="compaction: {threshold: 200000, hard_limit: 120000}\n"), "key 'compaction.hard_limit': expected a value >= compaction.threshold (200000), got 120000"),
+    (
+        acme(provider="provider: {mode: env}\n"),
+        "key 'provider.api_key_env': expected the name of the environment variable",
+    ),
+    (
+        acme(provider="provider: {mode: env, api_key_env: 'MY-KEY'}\n"),
+        "key 'provider.api_key_env': expected an environment variable name",
+    ),
+    (
+        acme(provider="provider: {mode: env, api_key_env: NOT_SET}\n"),
+        "key 'provider.api_key_env': expected environment variable NOT_SET to be set, it is not",
+    ),
+    (
+        acme(provider="provider: {mode: env, api_key_env: EMPTY}\n"),
+        "key 'provider.api_key_env': expected environment variable EMPTY to be non-empty",
+    ),
+    (
+        acme(provider="provider: {mode: env, api_key_env: NEWLINE}\n"),
+        "key 'provider.api_key_env': expected environment variable NEWLINE to hold printable ASCII without whitespace",
+    ),
+    (
+        acme(provider="provider: {mode: passthrough, api_key_env: ACME_KEY}\n"),
+        "key 'provider.api_key_env': expected no variable with provider.mode 'passthrough'",
+    ),
+    (
+        acme(provider="provider: {mode: env, api_key_env: ACME_KEY, key: x}\n"),
+        "key 'provider.key': unknown key (expected one of: api_key_env, mode)",
+    ),
+    (
+        acme(api_keys_sha256="api_keys_sha256: [xyz]\n"),
+        "key 'api_keys_sha256[0]': expected 64 hex digits, the SHA-256 of the secret",
+    ),
+    (
+        acme(api_keys_sha256=f"api_keys_sha256: [{sha(KEY_A)[:-1]}]\n"),
+        "key 'api_keys_sha256[0]': expected 64 hex digits",
+    ),
+    (
+        acme(api_keys_sha256=f"api_keys_sha256: ['{sha(KEY_A)} ']\n"),
+        "key 'api_keys_sha256[0]': expected 64 hex digits",
+    ),
+    (
+        acme(api_keys_sha256=f"api_keys_sha256: [{sha(KEY_A)}, '{'g' * 64}']\n"),
+        "key 'api_keys_sha256[1]': expected 64 hex digits",
+    ),
+    (
+        acme(api_keys_sha256=f"api_keys_sha256: {sha(KEY_A)}\n"),
+        "key 'api_keys_sha256': expected a list, got str",
+    ),
+    (
+        acme(api_keys_sha256="api_keys_sha256: [12]\n"),
+        "key 'api_keys_sha256[0]': expected a string, got a value of type int (not shown",
+    ),
+    (
+        acme(api_keys_sha256=f"api_keys_sha256: [{sha(KEY_A)}, {sha(KEY_A).upper()}]\n"),
+        "key 'api_keys_sha256[1]': expected each hash once, got a repeat of api_keys_sha256[0]",
+    ),
+    (
+        acme(admin_tokens_sha256="admin_tokens_sha256: [nothex]\n"),
+        "key 'admin_tokens_sha256[0]': expected 64 hex digits",
+    ),
+    (
+        acme(admin_tokens_sha256=f"admin_tokens_sha256: [{sha(KEY_A)}]\n"),
+        "key 'admin_tokens_sha256[0]': expected a hash used once across every key and admin token of every policy file, got one also in",
+    ),
+    (
+        acme(sources="sources: {transcript_root: relative/transcripts}\n"),
+        "key 'sources.transcript_root': expected an absolute path, got 'relative/transcripts'",
+    ),
+    (
+        acme(sources="sources: {artifact_root: ./artifacts}\n"),
+        "key 'sources.artifact_root': expected an absolute path, got './artifacts'",
+    ),
+    (
+        acme(sources="sources: {kinds: [transcript, store]}\n"),
+        "key 'sources.kinds': expected a list of: artifact, transcript",
+    ),
+    (
+        acme(sources="sources: {kinds: transcript}\n"),
+        "key 'sources.kinds': expected a list, got str",
+    ),
+    (
+        acme(sources="sources: {session_patterns: ['a b']}\n"),
+        "key 'sources.session_patterns': expected a list of non-empty glob patterns",
+    ),
+    (
+        acme(sources="sources: {session_patterns: ['']}\n"),
+        "key 'sources.session_patterns': expected a list of non-empty glob patterns",
+    ),
+    (
+        acme(sources="sources: {roots: /x}\n"),
+        "key 'sources.roots': unknown key (expected one of: artifact_root, kinds, object_store, session_patterns, signing, transcript_root)",
+    ),
+    (
+        acme(compaction="compaction: {threshold: -1}\n"),
+        "key 'compaction.threshold': expected a positive number of tokens, got -1",
+    ),
+    (
+        acme(compaction="compaction: {threshold: 200000, hard_limit: 120000}\n"),
+        "key 'compaction.hard_limit': expected a value >= compaction.threshold (200000), got 120000",
+    ),
     (acme(compaction="compaction: {thresold: 1}\n"), "key 'compaction.thresold': unknown key"),
-    (acme(compaction="compaction: {summary: {model: 3}}\n"), "key 'compaction.summary.model': expected a string, got 3"),
-    (acme(extra="admin_tokens: []\n"), "key 'admin_tokens': unknown key (expected one of: admin_tokens_sha256, api_keys_sha256, compaction, name, provider, sources)"),
+    (
+        acme(compaction="compaction: {summary: {model: 3}}\n"),
+        "key 'compaction.summary.model': expected a string, got 3",
+    ),
+    (
+        acme(extra="admin_tokens: []\n"),
+        "key 'admin_tokens': unknown key (expected one of: admin_tokens_sha256, api_keys_sha256, compaction, name, provider, sources)",
+    ),
     ("- name: acme\n", "key '<top level>': expected a mapping"),
     ("name: [acme\n", "line 2, column 1: not valid YAML"),
 ]
@@ -175,7 +279,9 @@ def test_invalid_policies_name_the_file_the_key_and_the_expectation(
 
 
 def test_every_problem_in_every_file_is_listed_at_once(tmp_path: Path) -> None:
-    a = write_policy(tmp_path, "a.yaml", "name: 'x y'\nprovider: {mode: env}\nsources: {transcript_root: r}\n")
+    a = write_policy(
+        tmp_path, "a.yaml", "name: 'x y'\nprovider: {mode: env}\nsources: {transcript_root: r}\n"
+    )
     b = write_policy(tmp_path, "b.yaml", acme(api_keys_sha256="api_keys_sha256: [a1, zz]\n"))
     error = load_error(make_config(tmp_path))
     assert [line.split(": key ")[0] for line in error.errors] == [a, a, a, b, b]
@@ -194,7 +300,9 @@ def test_the_policy_files_are_the_yaml_files_directly_in_the_folder(tmp_path: Pa
 
 def test_duplicate_names_across_files_name_both_files(tmp_path: Path) -> None:
     a = write_policy(tmp_path, "a.yaml", acme())
-    b = write_policy(tmp_path, "b.yaml", acme(name="name: ACME\n", api_keys_sha256="", admin_tokens_sha256=""))
+    b = write_policy(
+        tmp_path, "b.yaml", acme(name="name: ACME\n", api_keys_sha256="", admin_tokens_sha256="")
+    )
     error = load_error(make_config(tmp_path))
     assert error.errors == [
         f"{b}: key 'name': expected a name no other policy file uses (compared ignoring case),"
@@ -207,7 +315,11 @@ def test_a_key_in_two_tenants_names_both_files(tmp_path: Path) -> None:
     b = write_policy(
         tmp_path,
         "b.yaml",
-        acme(name="name: globex\n", api_keys_sha256=f"api_keys_sha256: [{sha(KEY_B)}, {sha(KEY_A)}]\n", admin_tokens_sha256=""),
+        acme(
+            name="name: globex\n",
+            api_keys_sha256=f"api_keys_sha256: [{sha(KEY_B)}, {sha(KEY_A)}]\n",
+            admin_tokens_sha256="",
+        ),
     )
     error = load_error(make_config(tmp_path))
     assert error.errors == [
@@ -221,7 +333,11 @@ def test_an_admin_token_of_one_tenant_cannot_be_another_tenants_key(tmp_path: Pa
     b = write_policy(
         tmp_path,
         "b.yaml",
-        acme(name="name: globex\n", api_keys_sha256=f"api_keys_sha256: [{sha(ADMIN_A)}]\n", admin_tokens_sha256=""),
+        acme(
+            name="name: globex\n",
+            api_keys_sha256=f"api_keys_sha256: [{sha(ADMIN_A)}]\n",
+            admin_tokens_sha256="",
+        ),
     )
     error = load_error(make_config(tmp_path))
     assert len(error.errors) == 1 and error.errors[0].startswith(f"{b}: key 'api_keys_sha256[0]'")
@@ -241,32 +357,47 @@ def test_an_admin_token_of_one_tenant_cannot_be_another_tenants_key(tmp_path: Pa
         ("/srv/t/a/../globex", "/srv/t/globex", True),
     ],
 )
-def test_no_two_tenants_share_a_root(tmp_path: Path, acme_root: str, globex_root: str, overlap: bool) -> None:
+def test_no_two_tenants_share_a_root(
+    tmp_path: Path, acme_root: str, globex_root: str, overlap: bool
+) -> None:
     write_policy(tmp_path, "a.yaml", acme(sources=f"sources: {{artifact_root: '{acme_root}'}}\n"))
     b = write_policy(
         tmp_path,
         "b.yaml",
-        acme(name="name: globex\n", api_keys_sha256="", admin_tokens_sha256="", sources=f"sources: {{transcript_root: '{globex_root}'}}\n"),
+        acme(
+            name="name: globex\n",
+            api_keys_sha256="",
+            admin_tokens_sha256="",
+            sources=f"sources: {{transcript_root: '{globex_root}'}}\n",
+        ),
     )
     config = make_config(tmp_path)
     if not overlap:
         load_tenancy(config, environ=ENV)
         return
     error = load_error(config)
-    assert error.errors[0].startswith(f"{b}: key 'sources.transcript_root': expected a directory that no other tenant's root")
+    assert error.errors[0].startswith(
+        f"{b}: key 'sources.transcript_root': expected a directory that no other tenant's root"
+    )
     assert "key 'sources.artifact_root'" in error.errors[0] and "a.yaml" in error.errors[0]
     # ("/" also contains globex's default artifact root: reported on its own line.)
     assert len(error.errors) == (2 if acme_root == "/" else 1)
     assert all(line.startswith(f"{b}: key 'sources.") for line in error.errors)
 
 
-def test_default_roots_are_per_tenant_under_the_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_roots_are_per_tenant_under_the_state_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     tenancy = two_tenants(tmp_path)
-    config = parse_config({"policies_dir": "policies", "state_dir": "./state", "auth": {"mode": "keys"}})
+    config = parse_config(
+        {"policies_dir": "policies", "state_dir": "./state", "auth": {"mode": "keys"}}
+    )
     relative = load_tenancy(config, environ=ENV)
     for t in (*tenancy.tenants, *relative.tenants):
-        assert t.sources.transcript_root == str(tmp_path / "state" / "tenants" / t.name / "transcripts")
+        assert t.sources.transcript_root == str(
+            tmp_path / "state" / "tenants" / t.name / "transcripts"
+        )
         assert t.sources.artifact_root == str(tmp_path / "state" / "tenants" / t.name / "artifacts")
         assert t.sources.allowed_kinds == frozenset({"transcript", "artifact"})
         assert t.sources.session_patterns == ("*",)
@@ -275,7 +406,9 @@ def test_default_roots_are_per_tenant_under_the_state_dir(tmp_path: Path, monkey
 # --- modes -------------------------------------------------------------------------------------
 
 
-def test_passthrough_without_policies_is_the_builtin_default_tenant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_passthrough_without_policies_is_the_builtin_default_tenant(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     for config in (Config(), parse_config({"policies_dir": str(tmp_path)})):
         tenancy = load_tenancy(config, environ={})
@@ -284,7 +417,9 @@ def test_passthrough_without_policies_is_the_builtin_default_tenant(tmp_path: Pa
         default = tenancy.default
         assert default is not None and default.name == "default"
         assert default.provider == ProviderAuth("passthrough")
-        assert default.sources.transcript_root == str(tmp_path / "state" / "sources" / "transcripts")
+        assert default.sources.transcript_root == str(
+            tmp_path / "state" / "sources" / "transcripts"
+        )
         assert default.sources.artifact_root == str(tmp_path / "state" / "sources" / "artifacts")
         assert default.sources.allowed_kinds == frozenset({"transcript", "artifact"})
         assert default.sources.session_patterns == ("*",)
@@ -359,7 +494,9 @@ def test_auth_mode_is_validated_in_the_config(tmp_path: Path) -> None:
     path.write_text("auth: {mode: open}\n")
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert f"{path}: key 'auth.mode': expected one of passthrough, keys, got 'open'" in str(info.value)
+    assert f"{path}: key 'auth.mode': expected one of passthrough, keys, got 'open'" in str(
+        info.value
+    )
     path.write_text("auth: {mode: keys}\n")
     assert load_config(path).auth.mode == "keys"
     assert Config().auth.mode == "passthrough"
@@ -398,7 +535,9 @@ def test_authenticate_takes_aiohttp_headers(tmp_path: Path) -> None:
     from multidict import CIMultiDict, CIMultiDictProxy
 
     tenancy = two_tenants(tmp_path)
-    headers = CIMultiDictProxy(CIMultiDict({"X-API-KEY": KEY_B, "Content-Type": "application/json"}))
+    headers = CIMultiDictProxy(
+        CIMultiDict({"X-API-KEY": KEY_B, "Content-Type": "application/json"})
+    )
     found = tenancy.authenticate(headers)
     assert found is not None and found.name == "globex"
 
@@ -422,7 +561,12 @@ def test_authentication_compares_every_stored_hash_wherever_the_match_is(
     stored = [h for t in tenancy.tenants for h in t.api_key_hashes]
     assert len(stored) == 3
     compared = counting_compare_digest(monkeypatch)
-    for key, expected in ((KEY_A, "acme"), ("cpk-second", "globex"), (KEY_B, "globex"), ("nope", None)):
+    for key, expected in (
+        (KEY_A, "acme"),
+        ("cpk-second", "globex"),
+        (KEY_B, "globex"),
+        ("nope", None),
+    ):
         compared.clear()
         found = tenancy.authenticate({"x-api-key": key})
         assert (found.name if found else None) == expected
@@ -447,8 +591,14 @@ def test_env_provider_replaces_the_client_credentials(tmp_path: Path) -> None:
     tenancy = two_tenants(tmp_path)
     acme_t, globex_t = tenancy.tenants
     headers = {"x-api-key": KEY_A, "authorization": "Bearer other"}
-    assert tenancy.upstream_auth_headers(acme_t, headers) == {"x-api-key": SECRET, "authorization": None}
-    assert tenancy.upstream_auth_headers(globex_t, {}) == {"x-api-key": SECRET_B, "authorization": None}
+    assert tenancy.upstream_auth_headers(acme_t, headers) == {
+        "x-api-key": SECRET,
+        "authorization": None,
+    }
+    assert tenancy.upstream_auth_headers(globex_t, {}) == {
+        "x-api-key": SECRET_B,
+        "authorization": None,
+    }
 
 
 def test_passthrough_provider_in_keys_mode_drops_only_the_proxy_key(tmp_path: Path) -> None:
@@ -471,7 +621,14 @@ def test_the_provider_key_is_never_shown(tmp_path: Path) -> None:
     tenancy = two_tenants(tmp_path)
     provider = tenancy.tenants[0].provider
     assert provider.api_key == SECRET
-    for text in (repr(tenancy), str(tenancy), repr(tenancy.tenants), repr(provider), str(provider), f"{provider}"):
+    for text in (
+        repr(tenancy),
+        str(tenancy),
+        repr(tenancy.tenants),
+        repr(provider),
+        str(provider),
+        f"{provider}",
+    ):
         assert SECRET not in text and SECRET_B not in text
     assert "api_key=<hidden>" in repr(provider)
 
@@ -495,13 +652,17 @@ FAILING: list[tuple[str, dict[str, str]]] = [
 
 
 @pytest.mark.parametrize(("text", "environ"), FAILING)
-def test_no_error_shows_the_provider_key(tmp_path: Path, text: str, environ: dict[str, str]) -> None:
+def test_no_error_shows_the_provider_key(
+    tmp_path: Path, text: str, environ: dict[str, str]
+) -> None:
     write_policy(tmp_path, "a.yaml", text)
     mode = "passthrough" if "api_keys_sha256" not in text else "keys"
     with pytest.raises(Exception) as info:
         load_tenancy(make_config(tmp_path, mode), environ=environ)
     assert isinstance(info.value, PolicyError)
-    rendered = "".join(traceback.format_exception(info.value)) + repr(info.value) + repr(info.value.errors)
+    rendered = (
+        "".join(traceback.format_exception(info.value)) + repr(info.value) + repr(info.value.errors)
+    )
     for secret in (SECRET, SECRET.replace("-", " "), SECRET[:12]):
         assert secret not in rendered
 
@@ -518,7 +679,11 @@ def test_the_key_cannot_leak_through_upstream_auth_headers_errors(tmp_path: Path
 
 
 def test_compaction_overrides_apply_over_the_configs_section(tmp_path: Path) -> None:
-    write_policy(tmp_path, "a.yaml", acme(compaction="compaction: {keep_recent: 9, summary: {max_tokens: 500}}\n"))
+    write_policy(
+        tmp_path,
+        "a.yaml",
+        acme(compaction="compaction: {keep_recent: 9, summary: {max_tokens: 500}}\n"),
+    )
     config = make_config(
         tmp_path, compaction={"threshold": 50000, "hard_limit": 90000, "summary": {"model": "m-1"}}
     )
@@ -531,7 +696,10 @@ def test_compaction_overrides_apply_over_the_configs_section(tmp_path: Path) -> 
     assert tenant.compaction.summary.model == "m-1"
     write_policy(tmp_path, "a.yaml", acme(compaction="compaction: {threshold: 95000}\n"))
     error = load_error(config)
-    assert "key 'compaction.hard_limit': expected a value >= compaction.threshold (95000), got 90000" in str(error)
+    assert (
+        "key 'compaction.hard_limit': expected a value >= compaction.threshold (95000), got 90000"
+        in str(error)
+    )
 
 
 def test_a_tenancy_is_an_immutable_value_and_reload_is_load_again(tmp_path: Path) -> None:
@@ -545,7 +713,11 @@ def test_a_tenancy_is_an_immutable_value_and_reload_is_load_again(tmp_path: Path
     hash(first)  # immutable all the way down
     config = make_config(tmp_path)
     assert load_tenancy(config, environ=ENV) == first
-    write_policy(tmp_path, "initech.yaml", "name: initech\nprovider: {mode: passthrough}\napi_keys_sha256: [" + sha("k3") + "]\n")
+    write_policy(
+        tmp_path,
+        "initech.yaml",
+        "name: initech\nprovider: {mode: passthrough}\napi_keys_sha256: [" + sha("k3") + "]\n",
+    )
     second = load_tenancy(config, environ=ENV)
     assert [t.name for t in second.tenants] == ["acme", "globex", "initech"]
     assert first.authenticate({"x-api-key": "k3"}) is None  # the old value is untouched
@@ -571,9 +743,13 @@ def _check_config(path: Path, env: dict[str, str]) -> subprocess.CompletedProces
 
 def test_check_config_validates_the_policies(tmp_path: Path) -> None:
     write_policy(tmp_path, "acme.yaml", acme())
-    write_policy(tmp_path, "globex.yaml", "name: globex\nprovider: {mode: env, api_key_env: GLOBEX_KEY}\n")
+    write_policy(
+        tmp_path, "globex.yaml", "name: globex\nprovider: {mode: env, api_key_env: GLOBEX_KEY}\n"
+    )
     config = tmp_path / "proxy.yaml"
-    config.write_text(f"policies_dir: {tmp_path / 'policies'}\nauth: {{mode: keys}}\nstate_dir: {tmp_path}\n")
+    config.write_text(
+        f"policies_dir: {tmp_path / 'policies'}\nauth: {{mode: keys}}\nstate_dir: {tmp_path}\n"
+    )
     ok = _check_config(config, ENV)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.strip() == f"{config}: ok (auth.mode keys, 2 tenants)"
@@ -593,7 +769,10 @@ def test_check_config_validates_the_policies(tmp_path: Path) -> None:
 
     config.write_text("listen: {port: 9001}\n")
     default = _check_config(config, {})
-    assert default.returncode == 0 and default.stdout.strip() == f"{config}: ok (auth.mode passthrough, 1 tenant)"
+    assert (
+        default.returncode == 0
+        and default.stdout.strip() == f"{config}: ok (auth.mode passthrough, 1 tenant)"
+    )
 
 
 def test_check_config_with_the_committed_examples(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ Another tenant's session, item or manifest is indistinguishable from a missing o
     GET   /admin/v1/sessions/{session}/preview                  the injected block + resolutions
     GET   /admin/v1/sessions/{session}/transcript?after=&limit= recorded events, paged by seq
     GET   /admin/v1/manifests/{compaction_id}                   a manifest, by ``x-compaction-id``
+    GET   /admin/v1/audit?session=&status=&since=&until=&after=&limit=   source checks (admin_audit)
 
 Writes go through ``Store.write_changes`` only, in the JSON change format of
 :mod:`proxy.core.durable`; the item routes build one change each. Order of checks: token (401),
@@ -46,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -85,9 +86,10 @@ from proxy.errors import (
     error_body,
     new_request_id,
 )
-from proxy.server.appkeys import RESOLVER, STORE, TENANCY
+from proxy.server.admin_audit import get_audit
+from proxy.server.appkeys import ADMIN_REQUEST_ID, RESOLVER, SOURCE_CHECKS, STORE, TENANCY
 from proxy.server.forward import read_limited
-from proxy.sources.pointer_resolver import PointerResolver
+from proxy.sources.checks import SourceChecks
 from proxy.sources.transcript_records import record_sha256
 from proxy.store.base import HistoryEntry, RecordedEvent, Store, StoreError
 from proxy.tenants import Tenant
@@ -183,6 +185,7 @@ def _admin(handler: AdminHandler) -> Handler:
 
     async def wrapped(request: web.Request) -> web.StreamResponse:
         request_id = new_request_id()
+        request[ADMIN_REQUEST_ID] = request_id
         try:
             tenant = _authenticate(request)
             try:
@@ -577,9 +580,13 @@ async def get_preview(request: web.Request, tenant: Tenant) -> web.StreamRespons
     items: tuple[Item, ...] = (*state.facts, *state.pending, *state.evidence)
     pointers = sorted({item.source for item in items})
     try:
-        pointer_resolver = PointerResolver(request.app[STORE], request.app[RESOLVER])
-        resolutions = await pointer_resolver.resolve_many(
-            tenant.name, tenant.sources, pointers, excerpt=True
+        resolutions = await request.app[SOURCE_CHECKS].resolve_many(
+            tenant.name,
+            tenant.sources,
+            pointers,
+            excerpt=True,
+            session=session,
+            asked_by=f"admin:{request[ADMIN_REQUEST_ID]}",
         )
     except (OSError, StoreError) as exc:  # resources (EMFILE...), not a property of a source
         log.warning("[admin] sources could not be resolved: %s", type(exc).__name__)
@@ -679,4 +686,16 @@ def add_admin_routes(app: web.Application) -> None:
     r.add_patch(one, _admin(patch_item), name="admin_item_patch")
     r.add_post(one + "/retire", _admin(retire_item), name="admin_item_retire")
     r.add_get(PREFIX + "/manifests/{compaction_id}", _admin(get_manifest), name="admin_manifest")
+    r.add_get(PREFIX + "/audit", _admin(get_audit), name="admin_audit")
     r.add_route("*", PREFIX + "/{tail:.*}", _admin(not_found), name="admin_other")
+    app.cleanup_ctx.append(_source_checks)
+
+
+async def _source_checks(app: web.Application) -> AsyncIterator[None]:
+    """An app without the proxy's lifecycle (the admin API alone) gets its own source checks."""
+    own = SOURCE_CHECKS not in app
+    if own:
+        app[SOURCE_CHECKS] = SourceChecks(app[RESOLVER], app[STORE])
+    yield
+    if own:
+        await app[SOURCE_CHECKS].close()

@@ -41,6 +41,7 @@ from proxy.server.appkeys import (
     METRICS,
     REQUEST_TENANT,
     RESOLVER,
+    SOURCE_CHECKS,
     STATE,
     STORE,
     TENANCY,
@@ -419,11 +420,13 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[COMPACTION].store = store
     app[RESOLVER] = SourceResolver()
     app[DURABLE] = DurableContext(store, app[RESOLVER])
+    app[SOURCE_CHECKS] = app[DURABLE].checks
     app[STATE].readiness_checks.append(store.ping)
     try:
         yield
     finally:
         await app[DURABLE].drain()
+        await app[DURABLE].checks.close()
         await store.close()
         await app[COMPACTION].close()
         await session.close()

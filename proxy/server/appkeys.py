@@ -15,6 +15,7 @@ from proxy.server.compaction import CompactionService
 from proxy.server.durable import DurableContext
 from proxy.server.forward import Forwarder
 from proxy.server.metrics import Metrics
+from proxy.sources.checks import SourceChecks
 from proxy.sources.resolver import SourceResolver
 from proxy.store.base import Store
 from proxy.tenants import Tenancy, Tenant
@@ -47,6 +48,9 @@ COMPACTION = web.AppKey("compaction", CompactionService)
 STORE = web.AppKey("store", Store)
 RESOLVER = web.AppKey("resolver", SourceResolver)
 DURABLE = web.AppKey("durable", DurableContext)
+SOURCE_CHECKS = web.AppKey("source_checks", SourceChecks)
 TENANCY = web.AppKey("tenancy", TenancyHolder)
 # The request's tenant, set by the auth middleware on every /v1/* request.
 REQUEST_TENANT = web.RequestKey("tenant", Tenant)
+# The admin API's request id (the ``request-id`` header), set by the admin wrapper.
+ADMIN_REQUEST_ID = web.RequestKey("admin_request_id", str)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -38,8 +39,8 @@ from proxy.core.durable import InvalidWrite
 from proxy.core.pointers import is_valid_session_id
 from proxy.core.render import render_state, render_unavailable
 from proxy.errors import InvalidRequest
-from proxy.sources.artifact_files import write_artifact
-from proxy.sources.pointer_resolver import PointerResolver
+from proxy.sources.checks import SourceChecks
+from proxy.sources.object_store import ObjectStoreError
 from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import SourceResolver
 from proxy.sources.transcript_files import ExportMarks, StoredRecord, export_session
@@ -92,12 +93,16 @@ class Injection:
     block: str | None  # None: nothing to inject (no durable state for this session)
     counts: Mapping[str, int]
     available: bool  # False: the store could not be read (the block says so)
+    # The id the source checks were audited under (asked_by "request:<id>"); None: no checks.
+    check_id: str | None = None
 
     def headers(self, session: str) -> dict[str, str]:
         headers = {
             "x-compaction-session": session,
             "x-durable-sources": ",".join(f"{s}={self.counts.get(s, 0)}" for s in STATUSES),
         }
+        if self.check_id is not None:
+            headers["x-durable-check-id"] = self.check_id
         if not self.available:
             headers["x-durable-context"] = "unavailable"
         return headers
@@ -110,10 +115,12 @@ def _now() -> str:
 class DurableContext:
     """Reads and renders a session's durable state; records its transcript."""
 
-    def __init__(self, store: Store, resolver: SourceResolver) -> None:
+    def __init__(
+        self, store: Store, resolver: SourceResolver, checks: SourceChecks | None = None
+    ) -> None:
         self.store = store
         self.resolver = resolver
-        self.pointers = PointerResolver(store, resolver)
+        self.checks = checks if checks is not None else SourceChecks(resolver, store)
         self._chains: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._exports: dict[tuple[str, str, str], asyncio.Task[None]] = {}
@@ -132,14 +139,17 @@ class DurableContext:
         if not sources:
             return Injection(None, {}, True)
         pointers = sorted(set(sources))
+        check_id = f"chk_{uuid.uuid4().hex}"
         try:
-            resolutions = await self.pointers.resolve_many(tenant, policy, pointers)
+            resolutions = await self.checks.resolve_many(
+                tenant, policy, pointers, session=session, asked_by=f"request:{check_id}"
+            )
         except StoreError as exc:
             log.warning("[durable] store unavailable for a pointer check: %s", type(exc).__name__)
             return Injection(render_unavailable(), {}, False)
         counts: dict[str, int] = dict(Counter(r.status for r in resolutions))
         block = render_state(state, dict(zip(pointers, resolutions, strict=True)))
-        return Injection(block, counts, True)
+        return Injection(block, counts, True, check_id)
 
     # -- what compaction cut -----------------------------------------------------------------
 
@@ -161,16 +171,12 @@ class DurableContext:
                 if isinstance(block, Mapping) and block.get("tool_use_id") == record.tool_use_id:
                     artifacts.append(artifact_of(block.get("content")))
                     break
-        root = policy.artifact_root
-        if artifacts and root is not None:
-
-            def write_all() -> None:
-                for artifact in artifacts:
-                    write_artifact(root, session, artifact.name, artifact.data)
-
+        if artifacts:
             try:
-                await asyncio.to_thread(write_all)
-            except (OSError, ValueError) as exc:
+                await self.checks.write_artifacts(
+                    tenant, policy, session, [(a.name, a.data) for a in artifacts]
+                )
+            except (OSError, ValueError, ObjectStoreError, StoreError) as exc:
                 log.warning("[durable] cut tool results not stored: %s", type(exc).__name__)
         if result.compaction_id is not None:
             manifest = orjson.dumps(
@@ -210,6 +216,7 @@ class DurableContext:
         """Wait for every pending record and export (shutdown, tests)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.checks.audit.flush()
 
     def _track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)

@@ -15,6 +15,10 @@ there is nothing a regular expression could express here that matters. An empty 
 session. ``"*"`` allows every session under the tenant's own roots: isolation between tenants
 comes from the roots (each tenant has its own), not from the patterns.
 
+With ``object_store`` set, artifacts are read from and written to that store under the
+tenant's key prefix (``artifact_root`` is then unused) and every artifact needs a manifest entry
+signed with one of ``signing``'s keys. Authorisation is the same: decided here, before any lookup.
+
 Roots are absolute paths of directories the proxy trusts (the root path itself may contain
 symlinks; nothing below it may). They are plain strings here; this module never touches them.
 """
@@ -24,8 +28,13 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from proxy.core.pointers import KINDS, Pointer, TranscriptPointer
+
+if TYPE_CHECKING:
+    from proxy.sources.manifests import SigningKeys
+    from proxy.sources.object_store import ObjectStoreSettings
 
 __all__ = ["SourcePolicy", "authorise"]
 
@@ -36,6 +45,10 @@ class SourcePolicy:
     session_patterns: tuple[str, ...]
     transcript_root: str | None = None
     artifact_root: str | None = None
+    # Artifacts on an S3-compatible store instead of artifact_root (proxy.sources.store_artifacts)
+    object_store: ObjectStoreSettings | None = None
+    # Manifest signing keys (proxy.sources.manifests); required with object_store
+    signing: SigningKeys | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.allowed_kinds, frozenset) or not self.allowed_kinds <= KINDS:
