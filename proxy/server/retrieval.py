@@ -206,8 +206,12 @@ class RetrievalLoop:
         last = self.rounds + 1 >= self.config.max_rounds
         results: list[dict[str, Any]] = []
         logged: list[dict[str, Any]] = []
-        if self.settled is not None:
-            await self.settled()
+        if self.settled is not None and any(
+            str((b.get("input") or {}).get("pointer", "")).startswith("transcript:")
+            for b in calls
+            if isinstance(b.get("input"), dict)
+        ):
+            await self.settled()  # a transcript event of this request may still be queued
         for block in calls:
             call = parse_call(block, self.config.max_chars)
             if isinstance(call, BadCall):
@@ -456,10 +460,9 @@ class RetrievalLoop:
         async for chunk in _chunks(upstream):
             if chunk is None:
                 return False
-            for event in split_events(splitter.feed(chunk)):
-                await write(splice.feed(event))
-        for event in split_events(splitter.flush()):
-            await write(splice.feed(event))
+            # one write per upstream chunk, as the plain relay does
+            await write(b"".join([splice.feed(e) for e in split_events(splitter.feed(chunk))]))
+        await write(b"".join([splice.feed(e) for e in split_events(splitter.flush())]))
         return True
 
     @contextlib.asynccontextmanager
