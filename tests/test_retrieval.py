@@ -395,3 +395,22 @@ def test_the_bridge_names_removed_turns_and_retrieves_them(upstream: FakeUpstrea
         ]}
     ]
     assert [b["text"] for b in answer.content["content"]] == ["Step 0 printed out 0."]
+
+
+def test_a_session_reused_for_another_conversation_names_no_transcript_pointers(upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread) -> None:
+    session = "ret-reused"
+    proxy = make_proxy(compaction={"threshold": 1500, "hard_limit": 100_000, "keep_recent": 2})
+    client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0, default_headers={"x-session-id": session})
+    client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "an unrelated first conversation"}])
+    loop_thread.run(proxy.app[DURABLE].drain())
+    filler = "words " * 1500
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "start the work"}]
+    for i in range(6):
+        messages.append({"role": "assistant", "content": f"step {i} {filler}"})
+        messages.append({"role": "user", "content": f"go on {i}"})
+    upstream.script(Reply(message_json("Summary.")))
+    r = client.messages.with_raw_response.create(model="m", max_tokens=5, messages=messages, tools=TOOLS)  # type: ignore[arg-type]
+    assert "summarize" in r.headers["x-compaction-layers"], {k: v for k, v in r.headers.items() if k.startswith("x-")}
+    sent = _messages_requests(upstream)[-1].json()
+    assert "transcript:" not in orjson.dumps(sent["messages"]).decode()
+    assert sent["tools"] == TOOLS  # nothing to redeem: no tool

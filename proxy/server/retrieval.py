@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -68,7 +69,9 @@ _READ_ERRORS = (aiohttp.ClientError, TimeoutError, ConnectionError)
 
 # --- which transcript events the messages are ------------------------------------------------
 
-_NAMED: dict[tuple[str, str], bool] = {}
+# Per store: the (tenant, session) pairs whose transcript is known to start with the
+# conversation (transcripts are append-only: once true, always true for that store).
+_NAMED: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 _NAMED_MAX = 10_000
 
 
@@ -88,7 +91,8 @@ async def transcript_naming(
     if not authorise(TranscriptPointer(session, 1), policy):
         return None
     key = (tenant, session)
-    if _NAMED.get(key):
+    named = _NAMED.setdefault(store, set())
+    if key in named:
         return TranscriptNaming(session, 1)
     try:
         events = await store.transcript_events(tenant, session, 0, 1)
@@ -104,9 +108,9 @@ async def transcript_naming(
         and first.role == messages[0].get("role")
         and first.content == messages[0].get("content")
     ):
-        if len(_NAMED) >= _NAMED_MAX:
-            _NAMED.clear()
-        _NAMED[key] = True
+        if len(named) >= _NAMED_MAX:
+            named.clear()
+        named.add(key)
         return TranscriptNaming(session, 1)
     return None
 
