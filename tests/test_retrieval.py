@@ -414,3 +414,13 @@ def test_a_session_reused_for_another_conversation_names_no_transcript_pointers(
     sent = _messages_requests(upstream)[-1].json()
     assert "transcript:" not in orjson.dumps(sent["messages"]).decode()
     assert sent["tools"] == TOOLS  # nothing to redeem: no tool
+
+
+def test_count_tokens_counts_the_view_with_the_tool(upstream: FakeUpstream, make_proxy: Any) -> None:
+    proxy = _proxy(make_proxy)
+    _client(proxy).messages.count_tokens(model="m", messages=MESSAGES, tools=TOOLS)  # type: ignore[arg-type]
+    counted = [r for r in upstream.requests if r.path == "/v1/messages/count_tokens"][-1].json()
+    assert counted["tools"] == [*TOOLS, TOOL]
+    _client(proxy).messages.create(model="m", max_tokens=5, messages=MESSAGES, tools=TOOLS)  # type: ignore[arg-type]
+    sent = _messages_requests(upstream)[-1].json()
+    assert {k: v for k, v in sent.items() if k != "max_tokens"} == counted

@@ -69,10 +69,14 @@ _READ_ERRORS = (aiohttp.ClientError, TimeoutError, ConnectionError)
 
 # --- which transcript events the messages are ------------------------------------------------
 
-# Per store: the (tenant, session) pairs whose transcript is known to start with the
-# conversation (transcripts are append-only: once true, always true for that store).
-_NAMED: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
-_NAMED_MAX = 10_000
+# Per store: the fingerprint of each (tenant, session)'s first transcript event (transcripts are
+# append-only: event 1 never changes), so a session is read from the store once per process.
+_FIRST: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], bytes]] = weakref.WeakKeyDictionary()
+_FIRST_MAX = 10_000
+
+
+def _fingerprint(role: Any, content: Any) -> bytes:
+    return orjson.dumps([role, content], option=orjson.OPT_SORT_KEYS)
 
 
 async def transcript_naming(
@@ -90,29 +94,31 @@ async def transcript_naming(
         return None
     if not authorise(TranscriptPointer(session, 1), policy):
         return None
-    key = (tenant, session)
-    named = _NAMED.setdefault(store, set())
-    if key in named:
-        return TranscriptNaming(session, 1)
     try:
-        events = await store.transcript_events(tenant, session, 0, 1)
-    except StoreError as exc:
-        log.warning("[retrieval] transcript not read: %s", type(exc).__name__)
+        mine = _fingerprint(messages[0].get("role"), messages[0].get("content"))
+    except orjson.JSONEncodeError:
         return None
-    if not events:
-        return TranscriptNaming(session, 1)
-    first = events[0].event
-    if (
-        events[0].seq == 1
-        and first.type == "message"
-        and first.role == messages[0].get("role")
-        and first.content == messages[0].get("content")
-    ):
-        if len(named) >= _NAMED_MAX:
-            named.clear()
-        named.add(key)
-        return TranscriptNaming(session, 1)
-    return None
+    key = (tenant, session)
+    known = _FIRST.setdefault(store, {})
+    first = known.get(key)
+    if first is None:
+        try:
+            events = await store.transcript_events(tenant, session, 0, 1)
+        except StoreError as exc:
+            log.warning("[retrieval] transcript not read: %s", type(exc).__name__)
+            return None
+        if not events:
+            return TranscriptNaming(session, 1)  # this request's messages become events 1..n
+        event = events[0]
+        first = (
+            _fingerprint(event.event.role, event.event.content)
+            if event.seq == 1 and event.event.type == "message"
+            else b""  # never matches: this transcript does not start with a message
+        )
+        if len(known) >= _FIRST_MAX:
+            known.clear()
+        known[key] = first
+    return TranscriptNaming(session, 1) if first == mine else None
 
 
 # --- reading a source ------------------------------------------------------------------------
