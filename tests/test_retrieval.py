@@ -424,3 +424,17 @@ def test_count_tokens_counts_the_view_with_the_tool(upstream: FakeUpstream, make
     _client(proxy).messages.create(model="m", max_tokens=5, messages=MESSAGES, tools=TOOLS)  # type: ignore[arg-type]
     sent = _messages_requests(upstream)[-1].json()
     assert {k: v for k, v in sent.items() if k != "max_tokens"} == counted
+
+
+def test_a_continuation_cut_mid_stream_ends_with_one_error_event(upstream: FakeUpstream, make_proxy: Any) -> None:
+    proxy = _proxy(make_proxy)
+    second = message_stream_events(_round([_text("Partial answer that never ends.")], "end_turn", 1, 1))
+    upstream.script(
+        Stream(message_stream_events(_round([_text("Reading."), _call()], "tool_use", 1, 1))),
+        Stream(second, cut_after=4, cut_mid_event=True),
+    )
+    body = _raw_stream(proxy)
+    events = body.rstrip().split(b"\n\n")
+    assert events[-1].startswith(b"event: error\ndata: ") and b"api_error" in events[-1]
+    assert body.count(b"event: error") == 1 and b"event: message_stop" not in body
+    assert body.count(b"event: message_start") == 1
