@@ -183,3 +183,16 @@ def test_a_bridge_with_a_range_ends_with_its_pointers_and_round_trips() -> None:
 def test_a_malformed_stored_range_is_refused(bad: Any) -> None:
     with pytest.raises(ValueError):
         Bridge.from_json({"summary": None, "carried": [], "transcript": bad})
+
+
+def test_the_retrieval_keys_are_validated_with_their_names() -> None:
+    from proxy.config import ConfigError, parse_config
+
+    config = parse_config({"compaction": {"retrieval": {"max_rounds": 5, "enabled": False}}}, "c.yaml")
+    assert config.compaction.retrieval.max_rounds == 5 and not config.compaction.retrieval.enabled
+    assert config.compaction.retrieval.max_chars == 40_000  # the default, and >= 40,000
+    with pytest.raises(ConfigError) as info:
+        parse_config({"compaction": {"retrieval": {"max_rounds": 0, "max_chars": "x", "ping_seconds": -1}}}, "c.yaml")
+    text = str(info.value)
+    for key in ("compaction.retrieval.max_rounds", "compaction.retrieval.max_chars", "compaction.retrieval.ping_seconds"):
+        assert key in text, text
