@@ -58,7 +58,7 @@ from proxy.server.forward import (
     request_headers_for_upstream,
 )
 from proxy.server.metrics import CONTENT_TYPE, new_metrics
-from proxy.server.retrieval import RetrievalLoop, transcript_naming
+from proxy.server.retrieval import RetrievalLoop, inline_pointers, transcript_naming
 from proxy.server.usage import UsageTap
 from proxy.sources.resolver import SourceResolver
 from proxy.store import open_store
@@ -301,6 +301,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             forwarder, request, headers, prepared.view, tenant_policy.compaction.retrieval,
             app[RESOLVER], sources, session, route,
             settled=lambda: durable.settled(tenant, session),
+            inline=inline_pointers(result),
         )
     before_upstream = time.perf_counter() - started
     upstream = await forwarder.open(

@@ -40,6 +40,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.config import RetrievalConfig
+from proxy.core.compaction import CompactionResult, Truncated
 from proxy.core.compaction.bridge import TranscriptNaming
 from proxy.core.compaction.retrieval import (
     BadCall,
@@ -146,6 +147,24 @@ def read_source(
     return "available", artifact_text(parsed.name, data)
 
 
+# Cut tool results up to this size (their tokens before the cut, from the manifest) are read on
+# the event loop, as compaction handles small requests there: a worker-thread hop costs more than
+# reading and hashing ~200 KB. Larger ones, and transcripts (a scan up to the record), go to a
+# worker thread.
+INLINE_TOKENS = 50_000
+
+
+def inline_pointers(result: CompactionResult | None) -> frozenset[str]:
+    """The artifact pointers of this view small enough to read on the loop."""
+    if result is None:
+        return frozenset()
+    return frozenset(
+        r.artifact_key
+        for r in result.manifest
+        if isinstance(r, Truncated) and r.artifact_key and r.tokens_before <= INLINE_TOKENS
+    )
+
+
 # --- the loop --------------------------------------------------------------------------------
 
 
@@ -186,6 +205,7 @@ class RetrievalLoop:
         session: str,
         route: str,
         settled: Callable[[], Awaitable[None]] | None = None,
+        inline: frozenset[str] = frozenset(),
     ) -> None:
         self.forwarder = forwarder
         self.request = request
@@ -197,6 +217,7 @@ class RetrievalLoop:
         self.session = session
         self.route = route
         self.settled = settled  # waits for the session's transcript to be written so far
+        self.inline = inline  # pointers read on the loop (small cut results)
         self.added: list[dict[str, Any]] = []  # the hidden turns, appended to the view
         self.records: list[dict[str, Any]] = []  # one per hidden round
 
@@ -228,9 +249,12 @@ class RetrievalLoop:
                 results.append(error_result(call.id, f"invalid input: {call.message}"))
                 logged.append({"status": "invalid"})
                 continue
-            status, text = await asyncio.to_thread(
-                read_source, self.resolver, self.policy, self.session, call.pointer
-            )
+            if call.pointer in self.inline:
+                status, text = read_source(self.resolver, self.policy, self.session, call.pointer)
+            else:
+                status, text = await asyncio.to_thread(
+                    read_source, self.resolver, self.policy, self.session, call.pointer
+                )
             if text is None:
                 results.append(error_result(call.id, status, call.pointer))
             else:
