@@ -438,3 +438,18 @@ def test_a_continuation_cut_mid_stream_ends_with_one_error_event(upstream: FakeU
     assert events[-1].startswith(b"event: error\ndata: ") and b"api_error" in events[-1]
     assert body.count(b"event: error") == 1 and b"event: message_stop" not in body
     assert body.count(b"event: message_start") == 1
+
+
+def test_a_malformed_pointer_is_never_logged_or_recorded_as_sent(upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread, caplog: pytest.LogCaptureFixture) -> None:
+    from proxy.server.appkeys import STORE
+
+    proxy = _proxy(make_proxy)
+    evil = "artifact:x\n[retrieval] forged line"
+    call = {"type": "tool_use", "id": "toolu_evil", "name": TOOL_NAME, "input": {"pointer": evil}}
+    upstream.script(Reply(_round([call], "tool_use", 1, 1)), Reply(message_json("ok")))
+    with caplog.at_level("INFO", logger="context_proxy.retrieval"):
+        _client(proxy).messages.create(model="m", max_tokens=100, messages=MESSAGES, tools=TOOLS)  # type: ignore[arg-type]
+    assert "forged" not in caplog.text and "<malformed>=corrupt" in caplog.text
+    loop_thread.run(proxy.app[DURABLE].drain())
+    answer = loop_thread.run(proxy.app[STORE].transcript_events("default", SESSION))[-1].event
+    assert answer.content["context_proxy_retrievals"][0]["calls"][0]["pointer"] == "<malformed>"

@@ -165,6 +165,13 @@ def inline_pointers(result: CompactionResult | None) -> frozenset[str]:
     )
 
 
+def _shown(pointer: str) -> str:
+    """A pointer as logged and recorded: never the model's text when it is malformed (no log
+    injection; the parser accepts printable ASCII only)."""
+    parsed = parse_pointer(pointer)
+    return "<malformed>" if isinstance(parsed, BadPointer) and parsed.status == "corrupt" else pointer
+
+
 # --- the loop --------------------------------------------------------------------------------
 
 
@@ -261,7 +268,7 @@ class RetrievalLoop:
                 results.append(page_result(call, text, last_round=last))
             chars = 0 if text is None else max(0, min(len(text), call.offset + call.max_chars) - call.offset)
             logged.append(
-                {"pointer": call.pointer, "offset": call.offset, "status": status, "chars": chars}
+                {"pointer": _shown(call.pointer), "offset": call.offset, "status": status, "chars": chars}
             )
         self.records.append({"round": self.rounds + 1, "calls": logged})
         log.info(
