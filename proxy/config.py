@@ -191,6 +191,19 @@ class SummaryConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RetrievalConfig:
+    # The context_proxy_retrieve tool, offered once a forwarded view names a pointer the model
+    # can redeem (a cut tool result's artifact, the transcript range a prune/summary removed).
+    enabled: bool = True
+    # Hidden rounds (extra upstream calls answering the tool) per client request.
+    max_rounds: int = field(default=3, metadata=_check(_positive))
+    # Characters one tool result returns: the default and the most a call may ask for.
+    max_chars: int = field(default=40_000, metadata=_check(_positive))
+    # While a streamed answer waits for a hidden round, a ping goes to the client this often.
+    ping_seconds: float = field(default=5.0, metadata=_check(_positive))
+
+
+@dataclass(frozen=True, slots=True)
 class ReadToolConfig:
     name: str = ""
     path_key: str = "path"
@@ -221,6 +234,7 @@ class CompactionConfig:
     read_tools: tuple[ReadToolConfig, ...] = ()
     # The recent window shrinks (whole interactions) when it alone keeps the view over target.
     shrink_window: bool = True
+    retrieval: RetrievalConfig = RetrievalConfig()
 
 
 @dataclass(frozen=True, slots=True)

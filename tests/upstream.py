@@ -169,6 +169,7 @@ class Stream:
     headers: dict[str, str] = field(default_factory=dict)
     cut_after: int | None = None  # abort the connection after this many events
     cut_mid_event: bool = False  # ... and first write half of the next event
+    delay: float = 0.0  # before the response headers
 
 
 @dataclass
@@ -310,6 +311,7 @@ class FakeUpstream:
                 headers["Content-Encoding"] = "gzip"
             return web.Response(status=entry.status, body=payload, headers=headers)
         assert isinstance(entry, Stream)
+        await asyncio.sleep(entry.delay)
         response = web.StreamResponse(
             status=200,
             headers={**base_headers, "Content-Type": "text/event-stream", "Cache-Control": "no-cache", **entry.headers},
@@ -329,3 +331,44 @@ class FakeUpstream:
                 await asyncio.sleep(entry.pace)
         await response.write_eof()
         return response
+
+
+def message_stream_events(message: dict[str, Any], *, pings: bool = True) -> list[bytes]:
+    """The SSE events that stream ``message`` (a whole message as :func:`message_json` makes):
+    text in two deltas, tool input JSON in two pieces, thinking + signature; usage as the
+    provider splits it (input figures in ``message_start``, output in ``message_delta``)."""
+    usage = dict(message.get("usage") or {})
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
+             "usage": {**usage, "output_tokens": 1}}
+    events = [frame("message_start", {"type": "message_start", "message": start})]
+    if pings:
+        events.append(frame("ping", {"type": "ping"}))
+    for index, block in enumerate(message["content"]):
+        kind = block["type"]
+        if kind == "text":
+            opening: dict[str, Any] = {"type": "text", "text": ""}
+            text = block["text"]
+            deltas = [{"type": "text_delta", "text": text[: len(text) // 2]},
+                      {"type": "text_delta", "text": text[len(text) // 2 :]}]
+        elif kind == "tool_use":
+            opening = {**block, "input": {}}
+            raw = orjson.dumps(block["input"]).decode()
+            deltas = [{"type": "input_json_delta", "partial_json": raw[: len(raw) // 2]},
+                      {"type": "input_json_delta", "partial_json": raw[len(raw) // 2 :]}]
+        elif kind == "thinking":
+            opening = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": block["thinking"]},
+                      {"type": "signature_delta", "signature": block["signature"]}]
+        else:
+            opening, deltas = block, []
+        events.append(frame("content_block_start", {"type": "content_block_start", "index": index, "content_block": opening}))
+        for delta in deltas:
+            events.append(frame("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+        events.append(frame("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(frame("message_delta", {
+        "type": "message_delta",
+        "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message.get("stop_sequence")},
+        "usage": {"output_tokens": usage.get("output_tokens", 0)},
+    }))
+    events.append(frame("message_stop", {"type": "message_stop"}))
+    return events

@@ -61,6 +61,7 @@ from proxy.server.forward import (
     request_headers_for_upstream,
 )
 from proxy.server.metrics import CONTENT_TYPE, new_metrics
+from proxy.server.retrieval import RetrievalLoop, transcript_naming
 from proxy.server.usage import UsageTap
 from proxy.sources.resolver import SourceResolver
 from proxy.store import open_store
@@ -276,6 +277,11 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     service = app[COMPACTION]
     headers = _upstream_headers(request, messages_route=True)
     artifact_session = session if session is not None and sources.artifact_root else None
+    naming = (
+        await transcript_naming(app[STORE], tenant, sources, session, body["messages"])
+        if session is not None
+        else None
+    )
     prepared = await service.prepare(
         request.headers,
         body,
@@ -284,6 +290,8 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
         tenant_policy.compaction,
         artifact_session=artifact_session,
         upstream_headers=headers,
+        transcript=naming,
+        offer_retrieval=session is not None,
     )
     extra_headers.update(prepared.headers)
     result = prepared.result
@@ -298,6 +306,13 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     if prepared.changed:
         headers.popall("Content-Encoding", None)  # a re-serialised body is sent as identity
     forwarder = app[FORWARDER]
+    retrieval = None
+    if prepared.view is not None and session is not None and route == "messages":
+        retrieval = RetrievalLoop(
+            forwarder, request, headers, prepared.view, tenant_policy.compaction.retrieval,
+            durable.checks, tenant, sources, session, route,
+            settled=lambda: durable.settled(tenant, session),
+        )
     before_upstream = time.perf_counter() - started
     try:
         upstream = await forwarder.open(
@@ -317,19 +332,25 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
                 answer.feed(data)
 
         try:
-            response, outcome = await forwarder.relay(
-                request,
-                upstream,
-                decoded=True,
-                extra_headers=extra_headers,
-                on_prepared=before_upstream,
-                route=route,
-                tap=feed,
-            )
+            if retrieval is not None and upstream.status == 200:
+                response, outcome = await retrieval.run(upstream, extra_headers, before_upstream, feed)
+            else:
+                response, outcome = await forwarder.relay(
+                    request,
+                    upstream,
+                    decoded=True,
+                    extra_headers=extra_headers,
+                    on_prepared=before_upstream,
+                    route=route,
+                    tap=feed,
+                )
         finally:
             if answer is not None:
-                durable.record_answer(turn, answer.message(), answer.stopped)
-    if outcome.completed and outcome.status == 200:
+                message = answer.message()
+                if retrieval is not None:
+                    message = retrieval.annotate(message)
+                durable.record_answer(turn, message, answer.stopped)
+    if outcome.completed and outcome.status == 200 and (retrieval is None or not retrieval.rounds):
         tap.close()
         service.observe(prepared.calibration_key, prepared.estimate, tap.input_tokens)
     return response

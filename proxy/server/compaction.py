@@ -37,6 +37,8 @@ from proxy.core.compaction import (
     prefix_hashes,
     step,
 )
+from proxy.core.compaction.bridge import TranscriptNaming
+from proxy.core.compaction.retrieval import offer_tool, plan_names_pointers
 from proxy.core.durable import InvalidWrite
 from proxy.core.limits import Limits, ModelWindow, betas_of
 from proxy.core.tokens import Calibration, TokenCounter
@@ -103,6 +105,19 @@ def result_headers(result: CompactionResult) -> dict[str, str]:
     return headers
 
 
+def _with_retrieval(
+    view: dict[str, Any], result: CompactionResult, config: CompactionConfig
+) -> dict[str, Any] | None:
+    """The view with the retrieval tool, when it names a pointer the model can redeem (and
+    declares tools, and ends with a user turn: a prefill is continued, not extended)."""
+    if not config.retrieval.enabled or not plan_names_pointers(result.plan):
+        return None
+    messages = result.messages
+    if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "user":
+        return None
+    return offer_tool(view)
+
+
 def _compacts_anew(outcome: Done | NeedsSummary) -> bool:
     """The pipeline is about to make a new plan (rather than reuse one or leave the view)."""
     return not isinstance(outcome, Done) or outcome.result.plan_status == "new"
@@ -157,6 +172,8 @@ class Prepared:
     calibration_key: str  # tenant and model: calibration figures never cross tenants
     estimate: int | None  # uncalibrated estimate of the forwarded view, for calibration
     result: CompactionResult | None = None
+    # The forwarded body, when it offers the retrieval tool (the edge answers its calls).
+    view: dict[str, Any] | None = None
 
 
 class CompactionService:
@@ -223,6 +240,8 @@ class CompactionService:
         config: CompactionConfig | None = None,
         artifact_session: str | None = None,
         upstream_headers: Mapping[str, str] | None = None,
+        transcript: TranscriptNaming | None = None,
+        offer_retrieval: bool = False,
     ) -> Prepared:
         """What to forward for ``body``. ``raw`` is the client's exact bytes for ``body``, or
         ``None`` when the edge already changed the body (durable context was injected)."""
@@ -255,6 +274,7 @@ class CompactionService:
             model=model,
             calibration=ratio,
             artifact_session=artifact_session,
+            transcript=transcript,
         )
         try:
             offload = len(as_sent) > config.offload_bytes and not self._seen_before(
@@ -313,8 +333,11 @@ class CompactionService:
         estimate = round(result.tokens_after / ratio) if ratio > 0 else result.tokens_after
         if not result.changed:
             return Prepared(as_sent, changed_by_edge, report, key, estimate, result)
-        forwarded = orjson.dumps({**body, "messages": result.messages})
-        return Prepared(forwarded, True, report, key, estimate, result)
+        view = {**body, "messages": result.messages}
+        offered = _with_retrieval(view, result, config) if offer_retrieval else None
+        if offered is not None:
+            return Prepared(orjson.dumps(offered), True, report, key, estimate, result, offered)
+        return Prepared(orjson.dumps(view), True, report, key, estimate, result)
 
     async def _prefetch_plans(self, scope: str, messages: Any, *, refresh: bool = False) -> bool:
         """Read through to the store: a conversation another replica compacted has its plans

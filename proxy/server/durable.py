@@ -222,6 +222,13 @@ class DurableContext:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def settled(self, tenant: str, session: str) -> None:
+        """Wait until what was queued for the session so far is recorded (a retrieval of its
+        transcript reads it back)."""
+        pending = self._chains.get((tenant, session))
+        if pending is not None:
+            await asyncio.gather(pending, return_exceptions=True)
+
     def _chain(self, tenant: str, session: str, work: Any) -> None:
         key = (tenant, session)
         previous = self._chains.get(key)

@@ -31,7 +31,7 @@ from proxy.sources.artifact_files import write_artifact
 from proxy.sources.audit_log import AuditLog
 from proxy.sources.manifests import ManifestEntry, sign_entry, verify_entry
 from proxy.sources.object_store import S3Client
-from proxy.sources.pointer_resolver import PointerResolver
+from proxy.sources.pointer_resolver import Fetched, PointerResolver
 from proxy.sources.policy import SourcePolicy, authorise
 from proxy.sources.resolver import Resolution, SourceResolver
 from proxy.sources.store_artifacts import Checked, StoreArtifacts
@@ -52,6 +52,31 @@ _CORRUPT = Resolution("corrupt", None)
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def _audit_row(
+    tenant: str,
+    session: str | None,
+    text: object,
+    item: tuple[Resolution, str, str, float],
+    *,
+    asked_by: str,
+    checked_at: str,
+) -> AuditRow:
+    resolution, backend, detail, duration = item
+    parsed = parse_pointer(text)
+    return AuditRow(
+        tenant=tenant,
+        session=session or ("" if isinstance(parsed, BadPointer) else parsed.session),
+        pointer=text if isinstance(text, str) else repr(type(text)),
+        status=resolution.status,
+        digest=resolution.evidence_sha256,
+        backend=backend,
+        detail=detail,
+        duration_ms=duration,
+        asked_by=asked_by,
+        checked_at=checked_at,
+    )
 
 
 class SourceChecks:
@@ -133,26 +158,64 @@ class SourceChecks:
         results = []
         for text, item in zip(texts, out, strict=True):
             assert item is not None
-            resolution, backend, detail, duration = item
-            results.append(resolution)
-            parsed = parse_pointer(text)
-            row_session = session or ("" if isinstance(parsed, BadPointer) else parsed.session)
+            results.append(item[0])
             rows.append(
-                AuditRow(
-                    tenant=tenant,
-                    session=row_session,
-                    pointer=text if isinstance(text, str) else repr(type(text)),
-                    status=resolution.status,
-                    digest=resolution.evidence_sha256,
-                    backend=backend,
-                    detail=detail,
-                    duration_ms=duration,
-                    asked_by=asked_by,
-                    checked_at=checked_at,
-                )
+                _audit_row(tenant, session, text, item, asked_by=asked_by, checked_at=checked_at)
             )
         self.audit.record(rows)
         return tuple(results)
+
+    async def fetch(
+        self,
+        tenant: str,
+        policy: SourcePolicy,
+        pointer: object,
+        *,
+        session: str | None = None,
+        asked_by: str = "",
+    ) -> Fetched:
+        """One pointer's resolution and, when ``available``, the exact verified bytes (an
+        artifact's content, a transcript event's record): the same order of checks as
+        :meth:`resolve_many` (grammar, policy, then the backend), audited the same way. A store
+        that cannot be read renders ``missing`` (audited ``unavailable:store``)."""
+        started = time.perf_counter()
+        parsed = parse_pointer(pointer)
+        backend, detail = "none", ""
+        if isinstance(parsed, BadPointer):
+            fetched, detail = Fetched(Resolution(parsed.status, None), None), "grammar"
+        elif not authorise(parsed, policy):
+            fetched, detail = Fetched(Resolution("denied", None), None), "policy"
+        elif isinstance(parsed, ArtifactPointer) and policy.object_store is not None:
+            backend = "s3"
+            try:
+                checked, data = await self.artifacts.read(
+                    tenant, parsed, policy.object_store, policy.signing
+                )
+            except StoreError:
+                checked, data = Checked(Resolution("missing", None), "unavailable:manifests"), None
+            fetched, detail = Fetched(checked.resolution, data), checked.detail
+        else:
+            backend = "store" if isinstance(parsed, TranscriptPointer) else "local"
+            try:
+                fetched = await self.pointers.fetch(tenant, policy, pointer)
+            except StoreError:
+                fetched, detail = Fetched(Resolution("missing", None), None), "unavailable:store"
+            if (
+                isinstance(parsed, ArtifactPointer)
+                and policy.signing is not None
+                and fetched.resolution.status == "available"
+            ):
+                resolution, detail = await self._signed_local(
+                    tenant, policy, parsed, fetched.resolution
+                )
+                if resolution.status != "available":
+                    fetched = Fetched(resolution, None)
+        duration = (time.perf_counter() - started) * 1000
+        item = (fetched.resolution, backend, detail, duration)
+        self.audit.record(
+            [_audit_row(tenant, session, pointer, item, asked_by=asked_by, checked_at=_now())]
+        )
+        return fetched
 
     async def _check_local(
         self,

@@ -270,7 +270,11 @@ def _record_ok(line: bytes, session: str, expected: int) -> bool:
 
 
 def _verify_transcript(
-    fd: int, pointer: TranscriptPointer, limits: ResolverLimits, excerpt: bool
+    fd: int,
+    pointer: TranscriptPointer,
+    limits: ResolverLimits,
+    excerpt: bool,
+    sink: list[bytes] | None = None,
 ) -> Resolution:
     buf = b""
     start = 0  # first byte of the current (not yet complete) record in buf
@@ -303,13 +307,20 @@ def _verify_transcript(
         if len(line) > limits.max_record_bytes or not _record_ok(line, pointer.session, expected):
             return _CORRUPT
         if expected == pointer.sequence:
+            if sink is not None:
+                sink.append(line)
             text = _excerpt_of(line, limits.max_excerpt_chars) if excerpt else None
             return Resolution("available", hashlib.sha256(line).hexdigest(), text)
         expected += 1
 
 
 def _verify_artifact(
-    fd: int, size: int, pointer: ArtifactPointer, limits: ResolverLimits, excerpt: bool
+    fd: int,
+    size: int,
+    pointer: ArtifactPointer,
+    limits: ResolverLimits,
+    excerpt: bool,
+    sink: list[bytes] | None = None,
 ) -> Resolution:
     if size > limits.max_artifact_bytes:
         return _CORRUPT
@@ -328,10 +339,14 @@ def _verify_artifact(
         if total > limits.max_artifact_bytes:
             return _CORRUPT
         digest.update(chunk)
+        if sink is not None:
+            sink.append(chunk)
         if len(head) < want:
             head += chunk[: want - len(head)]
     hexdigest = digest.hexdigest()
     if not hexdigest.startswith(pointer.digest):
+        if sink is not None:
+            sink.clear()
         return _CORRUPT
     text = _excerpt_of(head, limits.max_excerpt_chars) if excerpt else None
     return Resolution("available", hexdigest, text)
@@ -395,56 +410,6 @@ class SourceResolver:
             walk.close()
         return tuple(out)
 
-    def read(self, pointer_text: object, policy: SourcePolicy) -> tuple[Resolution, bytes | None]:
-        """An artifact's resolution and, when ``available``, the bytes that were hashed (read
-        once, within ``max_artifact_bytes``). Transcript pointers are not read here (the store
-        holds them: ``proxy.sources.pointer_resolver``): ``unsupported``."""
-        pointer = parse_pointer(pointer_text)
-        if isinstance(pointer, BadPointer):
-            return _BY_STATUS[pointer.status], None
-        if not isinstance(pointer, ArtifactPointer):
-            return _BY_STATUS["unsupported"], None
-        if not authorise(pointer, policy):
-            return _DENIED, None
-        root = policy.root_for(pointer)
-        if root is None:
-            return _DENIED, None
-        walk = _Walk(self._opener)
-        try:
-            parts, name = locate(pointer)
-            directory = walk.directory(root, parts)
-            if isinstance(directory, str):
-                return _BY_STATUS[directory], None
-            opened = walk.open_file(directory, name)
-            if isinstance(opened, str):
-                return _BY_STATUS[opened], None
-            fd, st = opened
-            try:
-                if st.st_size > self.limits.max_artifact_bytes:
-                    return _CORRUPT, None
-                chunks: list[bytes] = []
-                total = 0
-                while True:
-                    try:
-                        chunk = os.read(fd, self.limits.artifact_chunk_bytes)
-                    except OSError as exc:
-                        return _BY_STATUS[_status_of(exc)], None
-                    if not chunk:
-                        break
-                    total += len(chunk)
-                    if total > self.limits.max_artifact_bytes:
-                        return _CORRUPT, None
-                    chunks.append(chunk)
-            finally:
-                os.close(fd)
-        finally:
-            walk.close()
-        data = b"".join(chunks)
-        digest = hashlib.sha256(data).hexdigest()
-        if not digest.startswith(pointer.digest):
-            return _CORRUPT, None
-        return Resolution("available", digest), data
-
     def _resolve(
         self, pointer_text: object, policy: SourcePolicy, excerpt: bool, walk: _Walk
     ) -> Resolution:
@@ -479,6 +444,48 @@ class SourceResolver:
             return result
         finally:
             os.close(fd)
+
+    def read(
+        self, pointer_text: object, policy: SourcePolicy, *, max_bytes: int | None = None
+    ) -> tuple[Resolution, bytes | None]:
+        """The pointed source itself, after the very checks ``resolve`` makes (parse, authorise,
+        no-follow walk, verification): a transcript record's line (without its newline) or an
+        artifact's whole content; ``None`` with any status but ``available``. Never cached.
+        An artifact over ``max_bytes`` (default ``max_artifact_bytes``) is ``corrupt``."""
+        pointer = parse_pointer(pointer_text)
+        if isinstance(pointer, BadPointer):
+            return _BY_STATUS[pointer.status], None
+        if not authorise(pointer, policy):
+            return _DENIED, None
+        root = policy.root_for(pointer)
+        if root is None:
+            return _DENIED, None
+        walk = _Walk(self._opener)
+        try:
+            parts, name = locate(pointer)
+            directory = walk.directory(root, parts)
+            if isinstance(directory, str):
+                return _BY_STATUS[directory], None
+            opened = walk.open_file(directory, name)
+            if isinstance(opened, str):
+                return _BY_STATUS[opened], None
+            fd, st = opened
+            try:
+                sink: list[bytes] = []
+                if isinstance(pointer, TranscriptPointer):
+                    result = _verify_transcript(fd, pointer, self.limits, False, sink)
+                else:
+                    limit = min(max_bytes or self.limits.max_artifact_bytes, self.limits.max_artifact_bytes)
+                    if st.st_size > limit:
+                        return _CORRUPT, None
+                    result = _verify_artifact(fd, st.st_size, pointer, self.limits, False, sink)
+            finally:
+                os.close(fd)
+        finally:
+            walk.close()
+        if result.status != "available":
+            return result, None
+        return result, b"".join(sink)
 
     def _verify(self, fd: int, st: os.stat_result, pointer: Pointer, excerpt: bool) -> Resolution:
         if isinstance(pointer, TranscriptPointer):

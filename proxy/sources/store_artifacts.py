@@ -134,6 +134,28 @@ class StoreArtifacts:
                 self._cache.popitem(last=False)
         return checked
 
+    async def read(
+        self,
+        tenant: str,
+        pointer: ArtifactPointer,
+        settings: ObjectStoreSettings,
+        signing: SigningKeys | None,
+    ) -> tuple[Checked, bytes | None]:
+        """The object's verified bytes (as ``check`` verifies them; never cached): ``None``
+        with any status but ``available``."""
+        key = object_key(settings, pointer.session, pointer.name)
+        if key is None:
+            return Checked(Resolution("denied", None), "prefix"), None
+        entry = await self._lookup(tenant, pointer.session, pointer.name)
+        async with self._semaphore(tenant, settings):
+            self.gets += 1
+            fetched = await self.client.get(settings, key)
+        if fetched.status != "found":
+            return self._refused(fetched), None
+        checked = self._verify(tenant, pointer, fetched.data, entry, signing, False)
+        available = checked.resolution.status == "available"
+        return checked, fetched.data if available else None
+
     @staticmethod
     def _refused(fetched: Fetched) -> Checked:
         if fetched.status == "too_large":

@@ -35,6 +35,8 @@ __all__ = [
     "CARRIED_HEADER",
     "SUMMARY_HEADER",
     "Bridge",
+    "TranscriptNaming",
+    "TranscriptRange",
     "carry_texts",
     "cut_middle",
 ]
@@ -49,37 +51,92 @@ ASSISTANT_TEXTS_TEXT = (
 )
 SUMMARY_HEADER = "[context-proxy summary of earlier conversation]"
 CARRIED_HEADER = "[context-proxy: the user wrote this in an earlier, compacted turn]"
+ASSISTANT_POINTERS_TEXT = (
+    "[context-proxy] Earlier turns of this conversation were compacted to fit the context "
+    "window; where they are kept follows."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptRange:
+    """The removed turns, named by transcript pointers: events ``first``..``last`` of the
+    session's transcript (one event per message). Written as the bridge's last text block."""
+
+    session: str
+    first: int
+    last: int
+
+    def text(self) -> str:
+        first = f"transcript:{self.session}:{self.first}"
+        last = f"transcript:{self.session}:{self.last}"
+        span = first if self.first == self.last else f"{first} to {last}"
+        return (
+            "[context-proxy: the compacted turns are kept verbatim in this session's transcript,"
+            f" one event per message: {span}. The context_proxy_retrieve tool reads one by its"
+            " pointer.]"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptNaming:
+    """How the client's messages map to transcript events: message ``i`` is event
+    ``first_sequence + i`` of ``session`` (the edge decides whether that holds)."""
+
+    session: str
+    first_sequence: int
+
+    def range_of(self, indices: Sequence[int], previous: Bridge | None) -> TranscriptRange | None:
+        """The events of the removed messages ``indices``; a replaced bridge's range (same
+        session) extends it back, so the new bridge still names every turn removed so far."""
+        if not indices:
+            return None
+        first = self.first_sequence + min(indices)
+        last = self.first_sequence + max(indices)
+        old = previous.transcript if previous is not None else None
+        if old is not None and old.session == self.session and old.first < first:
+            first = old.first
+        return TranscriptRange(self.session, first, last)
 
 
 @dataclass(frozen=True, slots=True)
 class Bridge:
-    """What the bridge turn holds: a summary (or none) and the user's texts, oldest first."""
+    """What the bridge turn holds: a summary (or none), the user's texts, oldest first, and
+    the transcript pointers of the removed turns (when they can be named)."""
 
     summary: str | None = None
     carried: tuple[str, ...] = ()
+    transcript: TranscriptRange | None = None
 
     @property
     def empty(self) -> bool:
-        return self.summary is None and not self.carried
+        return self.summary is None and not self.carried and self.transcript is None
 
     def messages(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The (assistant, user) pair; only for a non-empty bridge."""
         if self.empty:
             raise ValueError("an empty bridge has no messages")
         lead = ASSISTANT_SUMMARY_TEXT if self.summary is not None else ASSISTANT_TEXTS_TEXT
+        if self.summary is None and not self.carried:
+            lead = ASSISTANT_POINTERS_TEXT
         blocks: list[dict[str, Any]] = []
         if self.summary is not None:
             blocks.append(
                 {"type": "text", "text": f"{SUMMARY_HEADER}\n<summary>\n{self.summary}\n</summary>"}
             )
         blocks.extend({"type": "text", "text": f"{CARRIED_HEADER}\n{t}"} for t in self.carried)
+        if self.transcript is not None:
+            blocks.append({"type": "text", "text": self.transcript.text()})
         return (
             {"role": "assistant", "content": [{"type": "text", "text": lead}]},
             {"role": "user", "content": blocks},
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {"summary": self.summary, "carried": list(self.carried)}
+        data: dict[str, Any] = {"summary": self.summary, "carried": list(self.carried)}
+        if self.transcript is not None:  # absent otherwise: older plans keep their bytes
+            t = self.transcript
+            data["transcript"] = [t.session, t.first, t.last]
+        return data
 
     @staticmethod
     def from_json(data: Any) -> Bridge:
@@ -89,7 +146,18 @@ class Bridge:
         carried = data["carried"]
         if not isinstance(carried, list) or not all(isinstance(t, str) for t in carried):
             raise ValueError("bridge carried texts must be a list of strings")
-        return Bridge(summary, tuple(carried))
+        transcript = data.get("transcript")
+        if transcript is None:
+            return Bridge(summary, tuple(carried))
+        if (
+            not isinstance(transcript, list)
+            or len(transcript) != 3
+            or not isinstance(transcript[0], str)
+            or not all(type(n) is int and n >= 1 for n in transcript[1:])
+            or transcript[1] > transcript[2]
+        ):
+            raise ValueError("bridge transcript must be [session, first, last]")
+        return Bridge(summary, tuple(carried), TranscriptRange(*transcript))
 
 
 def cut_middle(text: str, tokens: int, keep_tokens: int, what: str = "text") -> str:

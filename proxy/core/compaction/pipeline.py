@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from proxy.core.compaction.bridge import Bridge
+from proxy.core.compaction.bridge import Bridge, TranscriptNaming, TranscriptRange
 from proxy.core.compaction.context import (
     LayerContext,
     calibrate,
@@ -101,6 +101,9 @@ class CompactionInput:
     # With a session, each cut tool result's full text is named as an artifact of it (the edge
     # stores the bytes of ``artifact_of(...)``), and the truncation marker carries its pointer.
     artifact_session: str | None = None
+    # With a session whose transcript holds these messages, the bridge names the removed turns
+    # by their transcript pointers (the model can read them back: context_proxy_retrieve).
+    transcript: TranscriptNaming | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -510,9 +513,15 @@ def compact(
     return Done(_finalize(run, entries, records, applied, "skipped", None))
 
 
-def _fallback_bridge(region: Region) -> Bridge:
+def _removed_range(run: _Run, region: Region) -> TranscriptRange | None:
+    naming = run.request.transcript
+    return None if naming is None else naming.range_of(region.message_indices, region.previous)
+
+
+def _fallback_bridge(run: _Run, region: Region) -> Bridge:
     previous = region.previous
-    return Bridge(previous.summary if previous is not None else None, region.carried)
+    summary = previous.summary if previous is not None else None
+    return Bridge(summary, region.carried, _removed_range(run, region))
 
 
 def _pruned(
@@ -522,7 +531,7 @@ def _pruned(
     applied: Sequence[str],
     status: SummaryStatus,
 ) -> CompactionResult:
-    bridge = _fallback_bridge(region)
+    bridge = _fallback_bridge(run, region)
     record = Removed(region.message_indices, region.tool_use_ids, region.removed_tokens, "prune")
     return _finalize(
         run,
@@ -556,7 +565,7 @@ def step(continuation: Continuation, summary_text: str | None) -> CompactionOutc
         return NeedsSummary(
             summary_request(chain.text(calls, summary), run.policy, run.request.model), nxt
         )
-    bridge = Bridge(summary, region.carried)
+    bridge = Bridge(summary, region.carried, _removed_range(run, region))
     record = Summarized(
         region.message_indices,
         region.tool_use_ids,

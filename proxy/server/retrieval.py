@@ -1,0 +1,537 @@
+"""The edge of the retrieval tool: answer the model's ``context_proxy_retrieve`` calls, call the
+provider again with the extended view, and give the client one answer.
+
+A request whose forwarded view offers the tool (``Prepared.view``) goes through
+:class:`RetrievalLoop` instead of the plain relay once the upstream answered 200. Per round:
+
+1. the upstream's answer is relayed as it arrives (streaming: spliced, see ``splice``; JSON:
+   read whole first, a JSON answer is one write anyway);
+2. when it calls our tool and rounds remain (``compaction.retrieval.max_rounds``), each call is
+   answered here: the pointer must name this session, the tenant's policy authorises it and
+   the source is verified (``SourceResolver.read``), and the result pages its text;
+3. the view is extended by the round's assistant turn (the client's own calls of that round
+   dropped: the model re-issues them after reading) and our results, and sent again, with the
+   client's headers and ``stream`` as they were.
+
+While a streamed answer waits for a hidden round, pings keep flowing to the client. A failed
+continuation ends a stream with one ``event: error`` (the provider's error type when it sent one);
+a JSON answer then gets the continuation's error as the provider sent it.
+
+The count of hidden rounds is the ``x-compaction-retrievals`` header of a JSON answer; a stream's
+headers leave before any round is known, so it carries the count as an SSE comment line
+(``: x-compaction-retrievals: N``, ignored by SSE parsers) before its ``message_stop``, when
+there was a hidden round. Each round is logged and kept with the recorded answer
+(``context_proxy_retrievals``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict
+
+from proxy.config import RetrievalConfig
+from proxy.core.compaction.bridge import TranscriptNaming
+from proxy.core.compaction.retrieval import (
+    BadCall,
+    artifact_text,
+    error_result,
+    event_text,
+    is_ours,
+    page_result,
+    parse_call,
+    sum_usage,
+)
+from proxy.core.pointers import BadPointer, TranscriptPointer, parse_pointer
+from proxy.errors import UpstreamTimeout, UpstreamUnavailable, new_request_id, sse_error_event
+from proxy.server.forward import Forwarder, RelayOutcome, response_headers_for_client
+from proxy.server.splice import PING, Splice, split_events
+from proxy.server.sse import EventSplitter
+from proxy.sources.checks import SourceChecks
+from proxy.sources.policy import SourcePolicy, authorise
+from proxy.store.base import Store, StoreError
+
+log = logging.getLogger("context_proxy.retrieval")
+
+RETRIEVALS_HEADER = "x-compaction-retrievals"
+# Bytes a retrieved artifact may have (the whole file is read to verify it and page it).
+MAX_SOURCE_BYTES = 64 << 20
+_READ_ERRORS = (aiohttp.ClientError, TimeoutError, ConnectionError)
+
+# --- which transcript events the messages are ------------------------------------------------
+
+# Per store: the fingerprint of each (tenant, session)'s first transcript event (transcripts are
+# append-only: event 1 never changes), so a session is read from the store once per process.
+_FIRST: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], bytes]] = weakref.WeakKeyDictionary()
+_FIRST_MAX = 10_000
+
+
+def _fingerprint(role: Any, content: Any) -> bytes:
+    return orjson.dumps([role, content], option=orjson.OPT_SORT_KEYS)
+
+
+async def transcript_naming(
+    store: Store, tenant: str, policy: SourcePolicy, session: str, messages: Any
+) -> TranscriptNaming | None:
+    """How the request's messages map to the session's transcript events, if they can be named.
+
+    As the recorder numbers events now, message ``i`` of a conversation recorded from its start
+    is event ``i + 1`` (each request records its new messages, each answer one event, and the
+    answer coming back is not recorded twice). That holds when the transcript's first event is
+    this conversation's first message, or when nothing is recorded yet (this request records
+    it). Otherwise (a session re-used for another conversation): ``None``, and the bridge names
+    no pointers. Kept behind this one function: the recorder's numbering may change."""
+    if not isinstance(messages, list) or not messages or not isinstance(messages[0], Mapping):
+        return None
+    if not authorise(TranscriptPointer(session, 1), policy):
+        return None
+    try:
+        mine = _fingerprint(messages[0].get("role"), messages[0].get("content"))
+    except orjson.JSONEncodeError:
+        return None
+    key = (tenant, session)
+    known = _FIRST.setdefault(store, {})
+    first = known.get(key)
+    if first is None:
+        try:
+            events = await store.transcript_events(tenant, session, 0, 1)
+        except StoreError as exc:
+            log.warning("[retrieval] transcript not read: %s", type(exc).__name__)
+            return None
+        if not events:
+            return TranscriptNaming(session, 1)  # this request's messages become events 1..n
+        event = events[0]
+        first = (
+            _fingerprint(event.event.role, event.event.content)
+            if event.seq == 1 and event.event.type == "message"
+            else b""  # never matches: this transcript does not start with a message
+        )
+        if len(known) >= _FIRST_MAX:
+            known.clear()
+        known[key] = first
+    return TranscriptNaming(session, 1) if first == mine else None
+
+
+# --- reading a source ------------------------------------------------------------------------
+
+
+async def read_source(
+    checks: SourceChecks,
+    tenant: str,
+    policy: SourcePolicy,
+    session: str,
+    pointer_text: str,
+    asked_by: str,
+) -> tuple[str, str | None]:
+    """``(status, text)`` of a pointer the model asked for: the pointer must name this session;
+    then the tenant's policy and the source checks decide, as for durable context (a transcript
+    event is the store's own, an artifact is verified where the tenant keeps them: local roots
+    or the object store)."""
+    parsed = parse_pointer(pointer_text)
+    if isinstance(parsed, BadPointer):
+        return parsed.status, None
+    if parsed.session != session:
+        return "denied", None
+    fetched = await checks.fetch(tenant, policy, pointer_text, session=session, asked_by=asked_by)
+    data = fetched.data
+    if data is None:
+        return fetched.resolution.status, None
+    if len(data) > MAX_SOURCE_BYTES:
+        return "corrupt", None
+    if isinstance(parsed, TranscriptPointer):
+        try:
+            record = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return "corrupt", None
+        return "available", event_text(record) if isinstance(record, dict) else ""
+    return "available", artifact_text(parsed.name, data)
+
+
+def _shown(pointer: str) -> str:
+    """A pointer as logged and recorded: never the model's text when it is malformed (no log
+    injection; the parser accepts printable ASCII only)."""
+    parsed = parse_pointer(pointer)
+    return "<malformed>" if isinstance(parsed, BadPointer) and parsed.status == "corrupt" else pointer
+
+
+# --- the loop --------------------------------------------------------------------------------
+
+
+class _Failed(Exception):
+    """A continuation could not be had: ``status``/``body`` from the provider, if it answered."""
+
+    def __init__(self, status: int, body: bytes, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.error_type = error_type
+        self.message = message
+
+
+def _error_of(body: bytes) -> tuple[str, str]:
+    try:
+        data = orjson.loads(body)
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict):
+            return str(error.get("type", "api_error")), str(error.get("message", ""))
+    except orjson.JSONDecodeError:
+        pass
+    return "api_error", "the provider failed while continuing after a retrieval"
+
+
+class RetrievalLoop:
+    """One client request whose forwarded view offers the tool."""
+
+    def __init__(
+        self,
+        forwarder: Forwarder,
+        request: web.Request,
+        headers: CIMultiDict[str],
+        view: dict[str, Any],
+        config: RetrievalConfig,
+        checks: SourceChecks,
+        tenant: str,
+        policy: SourcePolicy,
+        session: str,
+        route: str,
+        settled: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.forwarder = forwarder
+        self.request = request
+        self.headers = headers
+        self.view = view
+        self.config = config
+        self.checks = checks
+        self.tenant = tenant
+        self.request_id = new_request_id()  # the hidden rounds' source checks are audited under it
+        self.policy = policy
+        self.session = session
+        self.route = route
+        self.settled = settled  # waits for the session's transcript to be written so far
+        self.added: list[dict[str, Any]] = []  # the hidden turns, appended to the view
+        self.records: list[dict[str, Any]] = []  # one per hidden round
+
+    @property
+    def rounds(self) -> int:
+        return len(self.records)
+
+    def annotate(self, message: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The recorded answer, with the hidden rounds it took."""
+        if message is None or not self.records:
+            return message
+        return {**message, "context_proxy_retrievals": self.records}
+
+    # -- answering our calls ---------------------------------------------------------------
+
+    async def _answer(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        last = self.rounds + 1 >= self.config.max_rounds
+        results: list[dict[str, Any]] = []
+        logged: list[dict[str, Any]] = []
+        if self.settled is not None and any(
+            str((b.get("input") or {}).get("pointer", "")).startswith("transcript:")
+            for b in calls
+            if isinstance(b.get("input"), dict)
+        ):
+            await self.settled()  # a transcript event of this request may still be queued
+        for block in calls:
+            call = parse_call(block, self.config.max_chars)
+            if isinstance(call, BadCall):
+                results.append(error_result(call.id, f"invalid input: {call.message}"))
+                logged.append({"status": "invalid"})
+                continue
+            status, text = await read_source(
+                self.checks,
+                self.tenant,
+                self.policy,
+                self.session,
+                call.pointer,
+                f"retrieval:{self.request_id}",
+            )
+            if text is None:
+                results.append(error_result(call.id, status, call.pointer))
+            else:
+                results.append(page_result(call, text, last_round=last))
+            chars = 0 if text is None else max(0, min(len(text), call.offset + call.max_chars) - call.offset)
+            logged.append(
+                {"pointer": _shown(call.pointer), "offset": call.offset, "status": status, "chars": chars}
+            )
+        self.records.append({"round": self.rounds + 1, "calls": logged})
+        log.info(
+            "[retrieval] round %d: %s",
+            self.rounds,
+            ", ".join(f"{c.get('pointer', '?')}={c['status']}" for c in logged),
+        )
+        return results
+
+    def _extend(self, assistant: list[Any], results: list[dict[str, Any]]) -> bytes:
+        self.added += [
+            {"role": "assistant", "content": assistant},
+            {"role": "user", "content": results},
+        ]
+        body = {**self.view, "messages": [*self.view["messages"], *self.added]}
+        return orjson.dumps(body)
+
+    async def _continue(self, data: bytes) -> aiohttp.ClientResponse:
+        headers = CIMultiDict(self.headers)
+        headers.popall("Content-Encoding", None)
+        try:
+            upstream = await self.forwarder.open(
+                self.request, route=self.route, data=data, decode=True, headers=headers
+            )
+        except UpstreamUnavailable as exc:
+            raise _Failed(502, b"", "api_error", exc.message) from None
+        except UpstreamTimeout as exc:
+            raise _Failed(504, b"", "timeout_error", exc.message) from None
+        if upstream.status != 200:
+            async with upstream:
+                try:
+                    body = await upstream.read()
+                except _READ_ERRORS:
+                    body = b""
+            kind, message = _error_of(body)
+            raise _Failed(upstream.status, body, kind, message)
+        return upstream
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def run(
+        self,
+        upstream: aiohttp.ClientResponse,
+        extra_headers: Mapping[str, str],
+        on_prepared: float,
+        tap: Callable[[bytes], None],
+    ) -> tuple[web.StreamResponse, RelayOutcome]:
+        """Relay ``upstream`` (a 200) and any hidden rounds to the client as one answer."""
+        is_sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
+        headers = response_headers_for_client(upstream.headers, decoded=True)
+        headers.update(extra_headers)
+        headers.popall("Content-Length", None)
+        metrics = self.forwarder.metrics
+        metrics.active_streams.inc()
+        task = asyncio.current_task()
+        if task is not None:
+            self.forwarder.active.add(task)
+        try:
+            if is_sse:
+                return await self._run_sse(upstream, headers, on_prepared, tap)
+            return await self._run_json(upstream, headers, on_prepared, tap)
+        finally:
+            if task is not None:
+                self.forwarder.active.discard(task)
+            metrics.active_streams.dec()
+
+    def _observe(self, received_at: float, on_prepared: float) -> None:
+        added = time.perf_counter() - received_at + on_prepared
+        self.forwarder.metrics.added_latency.labels(self.route).observe(added)
+
+    async def _run_json(
+        self,
+        upstream: aiohttp.ClientResponse,
+        headers: CIMultiDict[str],
+        on_prepared: float,
+        tap: Callable[[bytes], None],
+    ) -> tuple[web.StreamResponse, RelayOutcome]:
+        received_at = time.perf_counter()
+        try:
+            first_raw = await upstream.read()
+        except _READ_ERRORS as exc:
+            raise UpstreamUnavailable(
+                f"upstream connection failed while answering ({type(exc).__name__})"
+            ) from None
+        body = first_raw
+        status = 200
+        try:
+            first = orjson.loads(first_raw)
+        except orjson.JSONDecodeError:
+            first = None
+        if isinstance(first, dict) and any(is_ours(b) for b in first.get("content") or ()):
+            try:
+                body = await self._rounds_json(first)
+            except _Failed as failed:
+                status, body = failed.status, failed.body or orjson.dumps(
+                    {
+                        "type": "error",
+                        "error": {"type": failed.error_type, "message": failed.message},
+                        "request_id": new_request_id(),
+                    }
+                )
+                headers["Content-Type"] = "application/json"
+        headers[RETRIEVALS_HEADER] = str(self.rounds)
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = len(body)
+        await response.prepare(self.request)
+        self._observe(received_at, on_prepared)
+        await response.write(body)
+        tap(body)
+        await response.write_eof()
+        return response, RelayOutcome(status=status, completed=True, is_sse=False)
+
+    async def _rounds_json(self, first: dict[str, Any]) -> bytes:
+        current = first
+        visible: list[Any] = []
+        usages: list[dict[str, Any]] = []
+        hid_ours = False
+        while True:
+            content = [b for b in current.get("content") or () if isinstance(b, dict)]
+            usage = current.get("usage")
+            usages.append(dict(usage) if isinstance(usage, dict) else {})
+            ours = [b for b in content if is_ours(b)]
+            if not ours or self.rounds >= self.config.max_rounds:
+                hid_ours = hid_ours or bool(ours)
+                visible += [b for b in content if not is_ours(b)]
+                break
+            hid_ours = True
+            visible += [b for b in content if b.get("type") != "tool_use"]
+            results = await self._answer(ours)
+            assistant = [b for b in content if b.get("type") != "tool_use" or is_ours(b)]
+            upstream = await self._continue(self._extend(assistant, results))
+            async with upstream:
+                try:
+                    raw = await upstream.read()
+                    nxt = orjson.loads(raw)
+                except (*_READ_ERRORS, orjson.JSONDecodeError) as exc:
+                    raise _Failed(
+                        502, b"", "api_error", f"continuation unreadable ({type(exc).__name__})"
+                    ) from None
+            if not isinstance(nxt, dict):
+                raise _Failed(502, b"", "api_error", "continuation is not a message")
+            current = nxt
+        stop_reason = current.get("stop_reason")
+        client_call = any(b.get("type") == "tool_use" for b in visible)
+        if hid_ours and stop_reason == "tool_use" and not client_call:
+            stop_reason = "end_turn"
+        merged = {
+            **first,
+            "content": visible,
+            "stop_reason": stop_reason,
+            "stop_sequence": current.get("stop_sequence"),
+            "usage": sum_usage(usages),
+        }
+        return orjson.dumps(merged)
+
+    async def _run_sse(
+        self,
+        upstream: aiohttp.ClientResponse,
+        headers: CIMultiDict[str],
+        on_prepared: float,
+        tap: Callable[[bytes], None],
+    ) -> tuple[web.StreamResponse, RelayOutcome]:
+        received_at = time.perf_counter()
+        response = web.StreamResponse(status=200, headers=headers)
+        outcome = RelayOutcome(status=200, completed=False, is_sse=True)
+        splice = Splice()
+        request_id = upstream.headers.get("request-id") or new_request_id()
+
+        async def write(data: bytes) -> None:
+            if not data:
+                return
+            if not response.prepared:
+                # status and headers wait for the upstream's first event (its message_start)
+                await response.prepare(self.request)
+                self._observe(received_at, on_prepared)
+            await response.write(data)
+            tap(data)
+
+        current = upstream
+        async with contextlib.AsyncExitStack() as stack:
+            while True:
+                ended = await self._pump_round(current, splice, write)
+                r = splice.round
+                if r.failed:
+                    await response.write_eof()
+                    return response, outcome
+                if not ended or not r.complete:
+                    self.forwarder.metrics.upstream_errors.labels("midstream").inc()
+                    await write(
+                        sse_error_event(
+                            "api_error",
+                            "upstream connection lost mid-stream; the response is incomplete",
+                            request_id,
+                        )
+                    )
+                    await response.write_eof()
+                    return response, outcome
+                calls = splice.our_calls()
+                if calls and self.rounds < self.config.max_rounds:
+                    released, _ = splice.release(drop_client_calls=True)
+                    await write(released)
+                    assistant = splice.assistant_content(drop_client_calls=True)
+                    try:
+                        async with self._pinging(write):
+                            results = await self._answer(calls)
+                            current = await self._continue(self._extend(assistant, results))
+                    except _Failed as failed:
+                        await write(sse_error_event(failed.error_type, failed.message, request_id))
+                        await response.write_eof()
+                        return response, outcome
+                    await stack.enter_async_context(current)
+                    splice.start_round()
+                    continue
+                released, client_call = splice.release(drop_client_calls=False)
+                await write(released)
+                await write(splice.finish(self.rounds, client_call))
+                break
+        outcome.completed = True
+        await response.write_eof()
+        return response, outcome
+
+    async def _pump_round(
+        self,
+        upstream: aiohttp.ClientResponse,
+        splice: Splice,
+        write: Callable[[bytes], Any],
+    ) -> bool:
+        """Relay one round's events through the splice; ``False`` when the stream was cut."""
+        splitter = EventSplitter()
+        async for chunk in _chunks(upstream):
+            if chunk is None:
+                return False
+            # one write per upstream chunk, as the plain relay does
+            await write(b"".join([splice.feed(e) for e in split_events(splitter.feed(chunk))]))
+        await write(b"".join([splice.feed(e) for e in split_events(splitter.flush())]))
+        return True
+
+    @contextlib.asynccontextmanager
+    async def _pinging(self, write: Callable[[bytes], Any]) -> Any:
+        """Pings to the client every ``ping_seconds`` until the block ends; a ping being
+        written finishes first (never cut: the stream stays whole events)."""
+        stop = asyncio.Event()
+
+        async def ping() -> None:
+            while True:
+                try:
+                    await asyncio.wait_for(stop.wait(), self.config.ping_seconds)
+                    return
+                except TimeoutError:
+                    await write(PING)
+
+        task = asyncio.get_running_loop().create_task(ping())
+        try:
+            yield
+        finally:
+            stop.set()
+            with contextlib.suppress(Exception):
+                await task
+
+
+async def _chunks(upstream: aiohttp.ClientResponse) -> Any:
+    """The body's chunks as they arrive; one ``None`` when the read fails."""
+    iterator = upstream.content.iter_any().__aiter__()
+    while True:
+        try:
+            chunk = await iterator.__anext__()
+        except StopAsyncIteration:
+            return
+        except _READ_ERRORS:
+            yield None
+            return
+        yield chunk

@@ -1,0 +1,198 @@
+"""The retrieval tool's pure parts as tables: offering, calls, pages, source text, usage; the
+bridge's transcript range."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from proxy.core.compaction.bridge import Bridge, TranscriptNaming, TranscriptRange
+from proxy.core.compaction.retrieval import (
+    TOOL,
+    TOOL_JSON,
+    TOOL_NAME,
+    BadCall,
+    Call,
+    artifact_text,
+    error_result,
+    event_text,
+    offer_tool,
+    page_result,
+    parse_call,
+    sum_usage,
+)
+from proxy.core.compaction.truncate import artifact_of
+
+BASH = {"name": "Bash", "input_schema": {"type": "object"}}
+
+
+def test_the_tool_is_appended_last_and_the_body_is_not_touched() -> None:
+    body = {"model": "m", "tools": [BASH], "messages": []}
+    offered = offer_tool(body)
+    assert offered is not None and offered["tools"] == [BASH, TOOL]
+    assert body["tools"] == [BASH]  # the client's body is untouched
+    assert orjson.dumps(offered["tools"]).endswith(b"," + TOOL_JSON + b"]")
+    assert TOOL_JSON == orjson.dumps(TOOL)  # one constant byte string
+    assert TOOL["input_schema"]["required"] == ["pointer"]
+    assert set(TOOL["input_schema"]["properties"]) == {"pointer", "offset", "max_chars"}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"messages": []},
+        {"tools": [], "messages": []},
+        {"tools": None, "messages": []},
+        {"tools": [BASH, {"name": TOOL_NAME}], "messages": []},
+    ],
+)
+def test_the_tool_is_not_offered(body: dict[str, Any]) -> None:
+    assert offer_tool(body) is None
+
+
+@pytest.mark.parametrize(
+    ("tool_input", "expected"),
+    [
+        ({"pointer": "p"}, Call("t", "p", 0, 40_000)),
+        ({"pointer": "p", "offset": 5, "max_chars": 10}, Call("t", "p", 5, 10)),
+        ({"pointer": "p", "max_chars": 10**9}, Call("t", "p", 0, 40_000)),
+        ({"pointer": "p", "offset": None, "max_chars": None}, Call("t", "p", 0, 40_000)),
+        ({"pointer": ""}, BadCall("t", "input.pointer must be a non-empty string")),
+        ({"pointer": 7}, BadCall("t", "input.pointer must be a non-empty string")),
+        ({"pointer": "p", "offset": -1}, BadCall("t", "input.offset must be an integer >= 0")),
+        ({"pointer": "p", "offset": 1.5}, BadCall("t", "input.offset must be an integer >= 0")),
+        ({"pointer": "p", "offset": True}, BadCall("t", "input.offset must be an integer >= 0")),
+        ({"pointer": "p", "max_chars": 0}, BadCall("t", "input.max_chars must be an integer >= 1")),
+        ("text", BadCall("t", "input must be an object")),
+    ],
+)
+def test_parse_call(tool_input: Any, expected: Call | BadCall) -> None:
+    block = {"type": "tool_use", "id": "t", "name": TOOL_NAME, "input": tool_input}
+    assert parse_call(block, 40_000) == expected
+
+
+@given(st.text(max_size=300), st.integers(0, 320), st.integers(1, 400))
+def test_pages_are_exact_slices_and_chain_to_the_whole(text: str, offset: int, size: int) -> None:
+    result = page_result(Call("t", "p", offset, size), text)
+    if not text:
+        assert result["content"][0]["text"] == "[context-proxy: the source is empty]"
+        return
+    if offset >= len(text):
+        assert result["is_error"] is True and "past the end" in result["content"][0]["text"]
+        return
+    assert "is_error" not in result
+    assert result["content"][0]["text"] == text[offset : offset + size]
+    # following the notes from 0 gives back the whole text
+    pieces, at = [], 0
+    while True:
+        page = page_result(Call("t", "p", at, size), text)
+        pieces.append(page["content"][0]["text"])
+        if len(page["content"]) == 1:
+            break
+        at = int(page["content"][1]["text"].rsplit("offset ", 1)[1].rstrip("]"))
+    assert "".join(pieces) == text
+
+
+def test_the_last_round_says_so() -> None:
+    result = page_result(Call("t", "p", 0, 10), "short", last_round=True)
+    assert result["content"] == [
+        {"type": "text", "text": "short"},
+        {"type": "text", "text": "[context-proxy: that was the last retrieval this turn allows]"},
+    ]
+
+
+@pytest.mark.parametrize("status", ["denied", "missing", "corrupt", "unsupported"])
+def test_errors_say_which(status: str) -> None:
+    result = error_result("t", status, "artifact:s:x:0123456789ab")
+    assert result["is_error"] is True and result["tool_use_id"] == "t"
+    assert result["content"][0]["text"].startswith(f"[context-proxy] {TOOL_NAME} artifact:s:x:0123456789ab: {status}:")
+    assert "x" * 501 not in error_result("t", status, "x" * 600)["content"][0]["text"]
+
+
+def test_event_text_renders_text_verbatim_and_other_blocks_as_compact_json() -> None:
+    call = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls -la"}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a\nb"}
+    assert event_text({"content": "plain text\n"}) == "plain text\n"
+    assert event_text({"content": [{"type": "text", "text": "x  y"}, call]}) == "x  y\n\n" + orjson.dumps(call).decode()
+    assert event_text({"content": [result]}) == '{"type":"tool_result","tool_use_id":"toolu_1","content":"a\\nb"}'
+    answer = {"id": "msg_1", "role": "assistant", "content": [{"type": "text", "text": "done"}]}
+    assert event_text({"type": "answer", "content": answer}) == "done"
+    assert event_text({"content": None}) == ""
+
+
+def test_artifact_text_is_the_original_result_text() -> None:
+    text = "line 1\nline 2 \u00e9\n"
+    assert artifact_text(artifact_of(text).name, artifact_of(text).data) == text
+    blocks = [{"type": "text", "text": "first"}, {"type": "image", "source": {}}, {"type": "text", "text": "second"}]
+    kept = artifact_of(blocks)
+    assert kept.name.endswith(".json")
+    assert artifact_text(kept.name, kept.data) == "first\n[image block]\nsecond"
+
+
+def test_usage_is_summed_over_rounds() -> None:
+    rounds = [
+        {"input_tokens": 10, "output_tokens": 3, "cache_read_input_tokens": 100, "service_tier": "standard"},
+        {"input_tokens": 20, "output_tokens": 4, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 5},
+    ]
+    assert sum_usage(rounds) == {
+        "input_tokens": 30,
+        "output_tokens": 7,
+        "cache_read_input_tokens": 100,
+        "cache_creation_input_tokens": 5,
+    }
+    assert sum_usage([]) == {}
+
+
+# -- the bridge's transcript range ----------------------------------------------------------------
+
+
+def test_the_range_names_the_removed_messages_and_extends_a_previous_one() -> None:
+    naming = TranscriptNaming("s1", 1)
+    assert naming.range_of((), None) is None
+    assert naming.range_of((3, 4, 5, 8), None) == TranscriptRange("s1", 4, 9)
+    previous = Bridge("old summary", (), TranscriptRange("s1", 2, 9))
+    assert naming.range_of((10, 11), previous) == TranscriptRange("s1", 2, 12)
+    other = Bridge("old", (), TranscriptRange("s2", 1, 3))
+    assert naming.range_of((10, 11), other) == TranscriptRange("s1", 11, 12)
+
+
+def test_a_bridge_with_a_range_ends_with_its_pointers_and_round_trips() -> None:
+    bridge = Bridge("sum", ("typed",), TranscriptRange("s1", 2, 41))
+    _, user = bridge.messages()
+    assert user["content"][-1]["text"].startswith(
+        "[context-proxy: the compacted turns are kept verbatim in this session's transcript,"
+        " one event per message: transcript:s1:2 to transcript:s1:41."
+    )
+    assert Bridge.from_json(orjson.loads(orjson.dumps(bridge.to_json()))) == bridge
+    # a bridge without one keeps the bytes it always had (stored plans)
+    assert Bridge("sum").to_json() == {"summary": "sum", "carried": []}
+    only = Bridge(None, (), TranscriptRange("s1", 3, 3))
+    assert not only.empty
+    assert only.messages()[0]["content"][0]["text"].endswith("where they are kept follows.")
+    assert "transcript:s1:3. The" in only.messages()[1]["content"][0]["text"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [["s1", 0, 3], ["s1", 4, 3], ["s1", 1], [1, 1, 2], "s1:1:2", ["s1", True, 2]],
+)
+def test_a_malformed_stored_range_is_refused(bad: Any) -> None:
+    with pytest.raises(ValueError):
+        Bridge.from_json({"summary": None, "carried": [], "transcript": bad})
+
+
+def test_the_retrieval_keys_are_validated_with_their_names() -> None:
+    from proxy.config import ConfigError, parse_config
+
+    config = parse_config({"compaction": {"retrieval": {"max_rounds": 5, "enabled": False}}}, "c.yaml")
+    assert config.compaction.retrieval.max_rounds == 5 and not config.compaction.retrieval.enabled
+    assert config.compaction.retrieval.max_chars == 40_000  # the default, and >= 40,000
+    with pytest.raises(ConfigError) as info:
+        parse_config({"compaction": {"retrieval": {"max_rounds": 0, "max_chars": "x", "ping_seconds": -1}}}, "c.yaml")
+    text = str(info.value)
+    for key in ("compaction.retrieval.max_rounds", "compaction.retrieval.max_chars", "compaction.retrieval.ping_seconds"):
+        assert key in text, text
