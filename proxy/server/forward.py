@@ -221,24 +221,33 @@ class Forwarder:
         except asyncio.CancelledError:
             # The client went away, or the shutdown grace period ran out. In the latter case the
             # client is still there: tell it, in the stream, why it ends here.
-            if is_sse and self.draining():
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(
-                        response.write(
-                            sse_error_event(
-                                "overloaded_error",
-                                "the proxy is shutting down; the response is incomplete",
-                                upstream.headers.get("request-id") or new_request_id(),
-                            )
-                        ),
-                        0.5,
-                    )
+            if is_sse:
+                await self.end_if_draining(
+                    response, upstream.headers.get("request-id") or new_request_id()
+                )
             raise
         finally:
             if task is not None:
                 self.active.discard(task)
             self.metrics.active_streams.dec()
         return response, outcome
+
+    async def end_if_draining(self, response: web.StreamResponse, request_id: str) -> None:
+        """A stream cancelled because the shutdown grace period ran out (the client is still
+        there): tell it, in the stream, why it ends here. Nothing when the client went away."""
+        if not self.draining() or not response.prepared:
+            return
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                response.write(
+                    sse_error_event(
+                        "overloaded_error",
+                        "the proxy is shutting down; the response is incomplete",
+                        request_id,
+                    )
+                ),
+                0.5,
+            )
 
     async def _pump(
         self,

@@ -441,6 +441,21 @@ class RetrievalLoop:
             await response.write(data)
             tap(data)
 
+        try:
+            return await self._splice_rounds(upstream, response, outcome, splice, write, request_id)
+        except asyncio.CancelledError:
+            await self.forwarder.end_if_draining(response, request_id)
+            raise
+
+    async def _splice_rounds(
+        self,
+        upstream: aiohttp.ClientResponse,
+        response: web.StreamResponse,
+        outcome: RelayOutcome,
+        splice: Splice,
+        write: Callable[[bytes], Awaitable[None]],
+        request_id: str,
+    ) -> tuple[web.StreamResponse, RelayOutcome]:
         current = upstream
         async with contextlib.AsyncExitStack() as stack:
             while True:
