@@ -18,8 +18,11 @@ import httpx2 as httpx
 
 from proxy.core.durable import Create, Fact
 from proxy.store import TranscriptEvent
-from tests.test_admin import T0, Admin
-from tests.test_admin import admin as _admin_fixture  # noqa: F401 (the `admin` fixture)
+from tests.test_admin import (
+    T0,
+    Admin,
+    admin,  # noqa: F401 (the fixture)
+)
 
 HOLDER = """
 import sqlite3, sys
@@ -37,7 +40,8 @@ def _event(n: int) -> TranscriptEvent:
 
 
 def test_admin_read_answers_while_another_process_holds_the_write_lock(
-    admin: Admin, tmp_path: Path
+    admin: Admin,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
 ) -> None:
     tenant = admin.acme.name
     fact = Fact("build", "the build uses uv", "transcript:s1:1", T0)
