@@ -156,7 +156,7 @@ INVALID: list[tuple[str, str]] = [
     (acme(compaction="compaction: {threshold: 200000}\n"), "key 'compaction.hard_limit': expected a value >= compaction.threshold (200000), got 120000"),
     (acme(compaction="compaction: {thresold: 1}\n"), "key 'compaction.thresold': unknown key"),
     (acme(compaction="compaction: {summary: {model: 3}}\n"), "key 'compaction.summary.model': expected a string, got 3"),
-    (acme(extra="admin_tokens: []\n"), "key 'admin_tokens': unknown key (expected one of: admin_tokens_sha256, api_keys_sha256, compaction, name, provider, sources)"),
+    (acme(extra="admin_tokens: []\n"), "key 'admin_tokens': unknown key (expected one of: admin_tokens_sha256, api_keys_sha256, compaction, name, provider, retention, sources)"),
     ("- name: acme\n", "key '<top level>': expected a mapping"),
     ("name: [acme\n", "line 2, column 1: not valid YAML"),
 ]

@@ -16,6 +16,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from proxy.store import retention
 from proxy.store.base import StoreError
 
 __all__ = ["MIGRATIONS", "Migration", "SchemaTooNew", "migrate"]
@@ -130,6 +131,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             ) WITHOUT ROWID""",
         ),
     ),
+    # 4-6: other branches' migrations (the numbers are assigned when they are merged).
+    Migration(7, retention.MIGRATION_NAME, retention.SQLITE_MIGRATION_STATEMENTS),
 )
 
 

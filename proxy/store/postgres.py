@@ -50,6 +50,7 @@ from proxy.core.durable import (
     apply,
     prepare_changes,
 )
+from proxy.store import retention
 from proxy.store.base import (
     DEFAULT_EVENT_LIMIT,
     DEFAULT_PLAN_LIMIT,
@@ -210,6 +211,7 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (tenant, model)
         )""",
     ),
+    7: retention.PG_MIGRATION_STATEMENTS,
 }
 
 
