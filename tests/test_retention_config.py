@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
-from proxy.config import ConfigError, KindRetention, parse_config
+from proxy.config import ConfigError, KindRetention, RetentionConfig, load_config, parse_config
 from proxy.server.retention import RETENTION
 from proxy.tenants import PolicyError, load_tenancy
 from tests.conftest import ProxyFactory
@@ -73,3 +73,8 @@ def test_the_proxy_runs_the_collector_and_counts_it(
     text = httpx.get(f"{proxy.url}/metrics", trust_env=False).text
     assert 'context_proxy_gc_runs_total{outcome="completed"} 1.0' in text
     assert "context_proxy_gc_last_completed_timestamp_seconds" in text
+
+
+def test_the_example_file_lists_the_retention_defaults() -> None:
+    example = Path(__file__).resolve().parents[1] / "examples" / "context-proxy.yaml"
+    assert load_config(example).retention == RetentionConfig()

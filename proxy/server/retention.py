@@ -56,7 +56,14 @@ log = logging.getLogger("context_proxy.retention")
 
 LEASE_NAME = "retention"
 DAY = 86_400.0
-_POINTER = re.compile(r"(?:transcript|artifact):[A-Za-z0-9._:-]+")
+# Pointers inside text (a JSON body, a truncation marker), by the grammar of proxy.core.pointers:
+# a pointer followed by "." or "]" in prose is still found whole.
+_COMPONENT = r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}"
+_POINTER = re.compile(
+    rf"transcript:{_COMPONENT}:[1-9][0-9]{{0,17}}"
+    rf"|artifact:{_COMPONENT}:{_COMPONENT}:(?:[0-9a-f]{{64}}|[0-9a-f]{{12}})",
+    re.ASCII,
+)
 
 
 def iso(epoch: float) -> str:
@@ -349,7 +356,7 @@ class ArtifactCollector:
                 (tenant, after, run.batch),
             )
             for _key, text in rows:
-                named.add_text(str(text).replace("\\u003a", ":"))
+                named.add_text(str(text))
             if len(rows) < run.batch:
                 return named.artifacts
             after = str(rows[-1][0])
