@@ -85,6 +85,7 @@ async def test_schema_migrations_table(pg_store: PostgresStore, pg_url: str) -> 
     assert [t["table_name"] for t in tables] == [
         "calibration",
         "durable_changes",
+        "gc_leases",
         "manifests",
         "plans",
         "schema_migrations",
