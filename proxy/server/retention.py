@@ -478,8 +478,9 @@ class RetentionService:
 
     async def _forever(self) -> None:
         interval = self.config.interval_seconds
-        # Replicas started together do not all try at the same moment.
-        await asyncio.sleep(min(interval, 60.0) * random.uniform(0.5, 1.0))
+        # The first run at a random moment of the first interval: replicas started together do
+        # not all try at once, and a short-lived process does not scan the store at start-up.
+        await asyncio.sleep(interval * random.uniform(0.1, 1.0))
         while True:
             try:
                 await self.run_once()
