@@ -31,13 +31,22 @@ __all__ = [
     "backend_for",
 ]
 
-MIGRATION_NAME = "garbage collector leases"
+MIGRATION_NAME = "garbage collector leases and time indexes"
+# The collector reads each tenant's rows oldest first: an index per collected table on
+# (tenant, time) keeps that a range scan, not a sort of the tenant's whole table.
+_TIME_INDEXES = (
+    "CREATE INDEX plans_by_time ON plans (tenant, created_at)",
+    "CREATE INDEX summaries_by_time ON summaries (tenant, updated_at)",
+    "CREATE INDEX manifests_by_time ON manifests (tenant, stored_at)",
+    "CREATE INDEX transcript_events_by_time ON transcript_events (tenant, recorded_at)",
+)
 SQLITE_MIGRATION_STATEMENTS = (
     """CREATE TABLE gc_leases (
         name TEXT NOT NULL PRIMARY KEY,
         holder TEXT NOT NULL,
         expires_at REAL NOT NULL
     ) WITHOUT ROWID""",
+    *_TIME_INDEXES,
 )
 PG_MIGRATION_STATEMENTS = (
     """CREATE TABLE gc_leases (
@@ -45,6 +54,7 @@ PG_MIGRATION_STATEMENTS = (
         holder TEXT NOT NULL,
         expires_at DOUBLE PRECISION NOT NULL
     )""",
+    *_TIME_INDEXES,
 )
 
 _TAKE_LEASE = (
