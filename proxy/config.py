@@ -265,6 +265,42 @@ class AuthConfig:
     mode: str = "passthrough"
 
 
+def _non_negative(value: float) -> str | None:
+    return None if value >= 0 else "a number >= 0 (0 = no limit)"
+
+
+@dataclass(frozen=True, slots=True)
+class KindRetention:
+    """How long / how much of one kind of stored thing a tenant keeps (0 = no limit)."""
+
+    max_age_days: float = field(default=0.0, metadata=_check(_non_negative))
+    max_rows: int = field(default=0, metadata=_check(_non_negative))  # newest rows kept per tenant
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactRetention:
+    max_age_days: float = field(default=90.0, metadata=_check(_non_negative))
+    max_bytes: int = field(default=0, metadata=_check(_non_negative))  # per tenant
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionConfig:
+    """``retention:``: what the garbage collector deletes (proxy/server/retention.py). The kinds
+    can be overridden per tenant in its policy file; the scheduling keys are per process."""
+
+    enabled: bool = True
+    interval_seconds: float = field(default=3600.0, metadata=_check(_positive))
+    batch_size: int = field(default=500, metadata=_check(_positive))
+    lease_seconds: float = field(default=300.0, metadata=_check(_positive))
+    plans: KindRetention = KindRetention(30.0, 100_000)
+    summaries: KindRetention = KindRetention(30.0, 100_000)
+    manifests: KindRetention = KindRetention(90.0, 100_000)
+    calibration: KindRetention = KindRetention(90.0, 1_000)
+    transcripts: KindRetention = KindRetention(90.0, 0)
+    artifacts: ArtifactRetention = ArtifactRetention()
+    usage_ledger: KindRetention = KindRetention(0.0, 0)
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     listen: ListenConfig = ListenConfig()
@@ -278,6 +314,7 @@ class Config:
     compaction: CompactionConfig = CompactionConfig()
     logging: LoggingConfig = LoggingConfig()
     models: tuple[ModelConfig, ...] = ()
+    retention: RetentionConfig = RetentionConfig()
 
     @property
     def store_url(self) -> str:
@@ -365,7 +402,13 @@ def _build(cls: type, data: Any, prefix: str, errors: list[str], base: Any = Non
             errors.append(f"key '{key}': unknown key (expected one of: {expected})")
             continue
         before = len(errors)
-        nested_base = None if base is None else getattr(base, raw_key)
+        default = known[raw_key].default
+        # A nested section starts from its field's default (which may differ from its class's).
+        nested_base = (
+            getattr(base, raw_key)
+            if base is not None
+            else (default if dataclasses.is_dataclass(default) else None)
+        )
         converted = _convert(hints[raw_key], value, key, errors, nested_base)
         if len(errors) > before:
             continue

@@ -37,6 +37,7 @@ from proxy.config import (
     CompactionConfig,
     Config,
     ConfigError,
+    RetentionConfig,
     bounded_lines,
     build_section,
     check_compaction,
@@ -110,6 +111,8 @@ class Tenant:
     admin_token_hashes: tuple[bytes, ...] = field(repr=False)
     # The policy file it came from ("" for the built-in default tenant).
     policy_file: str = ""
+    # The config's retention section with this tenant's overrides applied (None: the config's).
+    retention: RetentionConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +241,7 @@ def _tenant_name(value: str) -> str | None:
 
 
 _CONFIG_DEFAULT_COMPACTION = CompactionConfig()
+_CONFIG_DEFAULT_RETENTION = RetentionConfig()
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +270,7 @@ class _PolicyFile:
     sources: _SourcesFile = _SourcesFile()
     compaction: CompactionConfig = _CONFIG_DEFAULT_COMPACTION  # replaced by the config's section
     admin_tokens_sha256: tuple[str, ...] = ()
+    retention: RetentionConfig = _CONFIG_DEFAULT_RETENTION  # replaced by the config's section
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -374,8 +379,15 @@ def _tenant(
     errors: list[str],
 ) -> Tenant | None:
     """One policy file's tenant, or ``None`` with its problems appended to ``errors``."""
-    raw = build_section(_PolicyFile, data, "", errors, _PolicyFile(compaction=config.compaction))
+    raw = build_section(
+        _PolicyFile,
+        data,
+        "",
+        errors,
+        _PolicyFile(compaction=config.compaction, retention=config.retention),
+    )
     _require(data, errors)
+    _process_wide_retention(data, errors)
     api_keys = _hashes(raw.api_keys_sha256, "api_keys_sha256", errors)
     admin_tokens = _hashes(raw.admin_tokens_sha256, "admin_tokens_sha256", errors)
     if mode == "passthrough":
@@ -428,7 +440,24 @@ def _tenant(
         compaction=raw.compaction,
         admin_token_hashes=admin_tokens,
         policy_file=path,
+        retention=raw.retention,
     )
+
+
+_PROCESS_WIDE_RETENTION = ("interval_seconds", "batch_size", "lease_seconds")
+
+
+def _process_wide_retention(data: Any, errors: list[str]) -> None:
+    """The collector's schedule is the process's (config file), not a tenant's."""
+    section = data.get("retention") if isinstance(data, Mapping) else None
+    if not isinstance(section, Mapping):
+        return
+    for key in _PROCESS_WIDE_RETENTION:
+        if key in section:
+            errors.append(
+                f"key 'retention.{key}': expected it in the config file (the collector's schedule"
+                " is per process, not per tenant), got a tenant override"
+            )
 
 
 def _require(data: Any, errors: list[str]) -> None:

@@ -61,6 +61,7 @@ from proxy.server.forward import (
     request_headers_for_upstream,
 )
 from proxy.server.metrics import CONTENT_TYPE, new_metrics
+from proxy.server.retention import retention_ctx
 from proxy.server.retrieval import RetrievalLoop, transcript_naming
 from proxy.server.usage import UsageTap
 from proxy.sources.resolver import SourceResolver
@@ -469,6 +470,7 @@ def build_app(config: Config) -> web.Application:
     app[METRICS] = new_metrics()
     app[STATE] = ProxyState()
     app.cleanup_ctx.append(_upstream_session)
+    app.cleanup_ctx.append(retention_ctx)  # after the store opens, stopped before it closes
     app.on_shutdown.append(_on_shutdown)
     app.router.add_route("HEAD", "/", handle_head_root, name="root")
     app.router.add_get("/healthz", handle_healthz, name="healthz", allow_head=True)

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from proxy.store import source_schema, transcript_keys
+from proxy.store import retention, source_schema, transcript_keys
 from proxy.store.base import StoreError
 
 __all__ = ["MIGRATIONS", "Migration", "SchemaTooNew", "migrate"]
@@ -133,6 +133,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(4, transcript_keys.MIGRATION_NAME, transcript_keys.SQLITE_STATEMENTS),
     Migration(source_schema.VERSION, source_schema.MIGRATION_NAME, source_schema.SQLITE_STATEMENTS),
+    Migration(7, retention.MIGRATION_NAME, retention.SQLITE_MIGRATION_STATEMENTS),
 )
 
 

@@ -50,7 +50,7 @@ from proxy.core.durable import (
     apply,
     prepare_changes,
 )
-from proxy.store import source_schema, transcript_keys
+from proxy.store import retention, source_schema, transcript_keys
 from proxy.store.base import (
     DEFAULT_EVENT_LIMIT,
     DEFAULT_PLAN_LIMIT,
@@ -220,6 +220,7 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
     ),
     4: transcript_keys.PG_STATEMENTS,
     source_schema.VERSION: source_schema.PG_STATEMENTS,
+    7: retention.PG_MIGRATION_STATEMENTS,
 }
 
 

@@ -1,9 +1,14 @@
-"""The SQLite backend: one file, WAL mode, driven from one worker thread per store.
+"""The SQLite backend: one file, WAL mode, driven from two worker threads per store.
 
-* The stdlib ``sqlite3`` connection lives in a dedicated thread (a one-worker executor): every
-  method sends a small function there and awaits its result, so the event loop never blocks on
-  disk and the connection is only ever used by the thread that opened it. Calls of one store run
-  one at a time, in order.
+* The stdlib ``sqlite3`` write connection lives in a dedicated thread (a one-worker executor):
+  every write sends a small function there and awaits its result, so the event loop never blocks
+  on disk and the connection is only ever used by the thread that opened it. Writes of one store
+  run one at a time, in order.
+* Reads run on a second, read-only connection in a thread of its own. WAL lets a reader go on
+  while another connection (this store's writer, another process) holds the write lock, so an
+  admin read or a readiness ping never queues behind writes waiting for that lock (issue 11 #4:
+  reads used to wait ~10 s behind queued background writes). A read sees every write the store
+  acknowledged before the read was called (each read statement starts from the latest commit).
 * ``journal_mode=WAL`` (readers never block the writer), ``synchronous=FULL`` (a commit that
   returned survives power loss, not only a process crash: every write a method acknowledges is one
   the proxy may have told a client about), ``busy_timeout`` (several processes or stores may share
@@ -20,10 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -156,10 +163,15 @@ class SQLiteStore:
         self._path = path
         self._busy_timeout_ms = busy_timeout_ms
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-sqlite")
+        self._read_executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="store-sqlite-read"
+        )
         self._conn: sqlite3.Connection | None = None
+        self._read_conn: sqlite3.Connection | None = None
         self._closed = False
-        # (tenant, session) -> (last folded seq, state); used only in the worker thread.
+        # (tenant, session) -> (last folded seq, state); shared by the two worker threads.
         self._states = StateCache()
+        self._states_lock = threading.Lock()
 
     @classmethod
     async def open(
@@ -170,9 +182,12 @@ class SQLiteStore:
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(store._executor, store._connect)
+            await loop.run_in_executor(store._read_executor, store._connect_reader)
         except BaseException:
-            store._executor.shutdown(wait=False)
             store._closed = True
+            await loop.run_in_executor(store._executor, store._disconnect)
+            store._executor.shutdown(wait=False)
+            store._read_executor.shutdown(wait=False)
             raise
         return store
 
@@ -213,6 +228,32 @@ class SQLiteStore:
             raise
         self._conn = conn
 
+    def _connect_reader(self) -> None:
+        """The read-only connection (after :meth:`_connect`: the file exists, in WAL mode)."""
+        try:
+            conn = sqlite3.connect(
+                self._path, timeout=self._busy_timeout_ms / 1000, isolation_level=None
+            )
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"cannot open the store ({exc.sqlite_errorname})") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute("PRAGMA query_only = ON")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreUnavailable(f"cannot open the store ({exc.sqlite_errorname})") from None
+        self._read_conn = conn
+
+    def _disconnect(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _disconnect_reader(self) -> None:
+        if self._read_conn is not None:
+            self._read_conn.close()
+            self._read_conn = None
+
     @staticmethod
     def _prepare(conn: sqlite3.Connection) -> None:
         (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
@@ -222,8 +263,8 @@ class SQLiteStore:
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn, now_iso)
 
-    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._conn
+    def _call(self, fn: Callable[[sqlite3.Connection], T], *, read: bool = False) -> T:
+        conn = self._read_conn if read else self._conn
         if conn is None:
             raise StoreUnavailable("the store is closed")
         try:
@@ -233,11 +274,21 @@ class SQLiteStore:
             raise StoreUnavailable(f"the store failed ({name})") from exc
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` on the write connection, after the writes queued before it."""
+        return await self._submit(self._executor, fn, read=False)
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run the read-only ``fn`` on the read connection: never behind a queued write."""
+        return await self._submit(self._read_executor, fn, read=True)
+
+    async def _submit(
+        self, executor: ThreadPoolExecutor, fn: Callable[[sqlite3.Connection], T], *, read: bool
+    ) -> T:
         if self._closed:
             raise StoreUnavailable("the store is closed")
         loop = asyncio.get_running_loop()
         try:
-            future = loop.run_in_executor(self._executor, self._call, fn)
+            future = loop.run_in_executor(executor, partial(self._call, fn, read=read))
         except RuntimeError:  # the executor was shut down by a concurrent close()
             raise StoreUnavailable("the store is closed") from None
         return await future
@@ -245,10 +296,12 @@ class SQLiteStore:
     def _state(
         self, conn: sqlite3.Connection, tenant: str, session: str
     ) -> tuple[int, DurableState]:
-        """The session's folded state and the last ``seq`` folded into it (worker thread only)."""
-        base = self._states.get(tenant, session)
+        """The session's folded state and the last ``seq`` folded into it (either worker)."""
+        with self._states_lock:
+            base = self._states.get(tenant, session)
         rows = _history_rows(conn, tenant, session, base[0])
-        return self._states.fold(tenant, session, base, rows)
+        with self._states_lock:
+            return self._states.fold(tenant, session, base, rows)
 
     # -- durable state ----------------------------------------------------------------------------
 
@@ -269,14 +322,15 @@ class SQLiteStore:
                     change_rows(tenant, session, seq, events, now),
                 )
                 _touch_session(conn, tenant, session, now)
-            self._states.remember(tenant, session, seq + len(events), apply(events, state))
+            with self._states_lock:
+                self._states.remember(tenant, session, seq + len(events), apply(events, state))
             return tuple(e.version for e in events)
 
         return await self._run(job)
 
     async def current_state(self, tenant: str, session: str) -> DurableState:
         check_keys(tenant, session)
-        return await self._run(lambda conn: self._state(conn, tenant, session)[1])
+        return await self._read(lambda conn: self._state(conn, tenant, session)[1])
 
     async def history(self, tenant: str, session: str) -> tuple[HistoryEntry, ...]:
         check_keys(tenant, session)
@@ -285,7 +339,7 @@ class SQLiteStore:
             rows = _history_rows(conn, tenant, session, 0)
             return tuple(HistoryEntry(seq, at, event) for seq, at, event in rows)
 
-        return await self._run(job)
+        return await self._read(job)
 
     # -- transcripts ------------------------------------------------------------------------------
 
@@ -408,7 +462,7 @@ class SQLiteStore:
             ).fetchall()
             return tuple(_event_from_row(session, row) for row in rows)
 
-        return await self._run(job)
+        return await self._read(job)
 
     async def recorded_prefix(self, tenant: str, session: str) -> Prefix:
         check_keys(tenant, session)
@@ -421,7 +475,7 @@ class SQLiteStore:
             ).fetchone()
             return EMPTY_PREFIX if row is None else Prefix(*row)
 
-        return await self._run(job)
+        return await self._read(job)
 
     # -- manifests --------------------------------------------------------------------------------
 
@@ -464,7 +518,7 @@ class SQLiteStore:
             ).fetchone()
             return None if row is None else StoredManifest(compaction_id, *row)
 
-        return await self._run(job)
+        return await self._read(job)
 
     # -- compaction plans -------------------------------------------------------------------------
 
@@ -503,7 +557,7 @@ class SQLiteStore:
             ).fetchall()
             return tuple(str(text) for (text,) in rows)
 
-        return await self._run(job)
+        return await self._read(job)
 
     # -- summary leases, calibration --------------------------------------------------------------
 
@@ -564,7 +618,7 @@ class SQLiteStore:
             ).fetchone()
             return None if row is None else float(row[0])
 
-        return await self._run(job)
+        return await self._read(job)
 
     # -- the rest ---------------------------------------------------------------------------------
 
@@ -577,7 +631,7 @@ class SQLiteStore:
             ).fetchall()
             return tuple(session for (session,) in rows)
 
-        return await self._run(job)
+        return await self._read(job)
 
     async def applied_migrations(self) -> tuple[AppliedMigration, ...]:
         def job(conn: sqlite3.Connection) -> tuple[AppliedMigration, ...]:
@@ -586,7 +640,7 @@ class SQLiteStore:
             ).fetchall()
             return tuple(AppliedMigration(*row) for row in rows)
 
-        return await self._run(job)
+        return await self._read(job)
 
     async def ping(self) -> bool:
         def job(conn: sqlite3.Connection) -> bool:
@@ -595,7 +649,7 @@ class SQLiteStore:
 
         try:
             async with asyncio.timeout(PING_TIMEOUT_SECONDS):
-                return await self._run(job)
+                return await self._read(job)
         except (StoreError, TimeoutError):
             return False
 
@@ -605,13 +659,14 @@ class SQLiteStore:
         self._closed = True
 
         def job() -> None:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-            self._states.clear()
+            self._disconnect()
+            with self._states_lock:
+                self._states.clear()
 
         loop = asyncio.get_running_loop()
         try:
+            await loop.run_in_executor(self._read_executor, self._disconnect_reader)
             await loop.run_in_executor(self._executor, job)
         finally:
+            self._read_executor.shutdown(wait=False)
             self._executor.shutdown(wait=False)

@@ -86,6 +86,7 @@ async def test_schema_migrations_table(pg_store: PostgresStore, pg_url: str) -> 
         "artifact_manifests",
         "calibration",
         "durable_changes",
+        "gc_leases",
         "manifests",
         "plans",
         "schema_migrations",
