@@ -151,6 +151,14 @@ class AuthConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsoleConfig:
+    # The operator console at /console/ (read-only; signed in with an admin token).
+    enabled: bool = True
+    # A console sign-in lasts this long (absolute, not sliding); sign-out ends it at once.
+    session_ttl_seconds: int = field(default=8 * 3600, metadata=_check(_positive))
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     listen: ListenConfig = ListenConfig()
     upstream: UpstreamConfig = UpstreamConfig()
@@ -162,6 +170,7 @@ class Config:
     auth: AuthConfig = AuthConfig()
     compaction: CompactionConfig = CompactionConfig()
     logging: LoggingConfig = LoggingConfig()
+    console: ConsoleConfig = ConsoleConfig()
 
     @property
     def store_url(self) -> str:

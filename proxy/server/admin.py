@@ -17,6 +17,7 @@ Another tenant's session, item or manifest is indistinguishable from a missing o
     GET   /admin/v1/sessions/{session}/preview                  the injected block + resolutions
     GET   /admin/v1/sessions/{session}/transcript?after=&limit= recorded events, paged by seq
     GET   /admin/v1/manifests/{compaction_id}                   a manifest, by ``x-compaction-id``
+    GET   /admin/v1/sessions/{session}/source?pointer=          a pointer's status and content
 
 Writes go through ``Store.write_changes`` only, in the JSON change format of
 :mod:`proxy.core.durable`; the item routes build one change each. Order of checks: token (401),
@@ -54,6 +55,7 @@ from urllib.parse import quote
 import orjson
 from aiohttp import web
 
+from proxy.console.auth import console_tenant
 from proxy.core.durable import (
     KINDS,
     Change,
@@ -86,6 +88,7 @@ from proxy.errors import (
     error_body,
     new_request_id,
 )
+from proxy.server.admin_source import get_source, mount_source_viewer
 from proxy.server.appkeys import RESOLVER, STORE, TENANCY
 from proxy.server.forward import read_limited
 from proxy.store.base import HistoryEntry, RecordedEvent, Store, StoreError
@@ -164,6 +167,11 @@ def _error_response(exc: ProxyError, request_id: str) -> web.Response:
 
 
 def _authenticate(request: web.Request) -> Tenant:
+    if request.method in ("GET", "HEAD") and "Authorization" not in request.headers:
+        # The console's pages read with their sign-in cookie (GET only: it never writes).
+        signed_in = console_tenant(request)
+        if signed_in is not None:
+            return signed_in
     scheme, _, token = request.headers.get("Authorization", "").strip().partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
@@ -676,4 +684,6 @@ def add_admin_routes(app: web.Application) -> None:
     r.add_patch(one, _admin(patch_item), name="admin_item_patch")
     r.add_post(one + "/retire", _admin(retire_item), name="admin_item_retire")
     r.add_get(PREFIX + "/manifests/{compaction_id}", _admin(get_manifest), name="admin_manifest")
+    mount_source_viewer(app)
+    r.add_get(session + "/source", _admin(get_source), name="admin_source")
     r.add_route("*", PREFIX + "/{tail:.*}", _admin(not_found), name="admin_other")

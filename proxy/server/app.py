@@ -17,6 +17,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.config import Config
+from proxy.console.routes import add_console_routes
 from proxy.core.protocol import scan_messages
 from proxy.core.reparse import BodyMemo, Parsed
 from proxy.errors import (
@@ -440,4 +441,5 @@ def build_app(config: Config) -> web.Application:
     app.router.add_post("/v1/messages/count_tokens", handle_messages, name="count_tokens")
     app.router.add_route("*", "/v1/{tail:.*}", handle_passthrough, name="passthrough")
     add_admin_routes(app)
+    add_console_routes(app)
     return app

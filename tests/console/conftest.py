@@ -1,0 +1,164 @@
+"""One real proxy for the console tests: two tenants (``acme``, ``globex``, ``auth.mode: keys``),
+a real SQLite store, the fake upstream, and sessions seeded through the proxy itself with the
+official SDK: untrusted text (an XSS payload) in a user message, a model answer, a tool result
+(cut by L1 and kept as an artifact) and a durable fact written through the admin API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2 as httpx
+import pytest
+import yaml
+
+from proxy.server.appkeys import DURABLE
+from tests.harness import LoopThread, ProxyServer, proxy_config
+from tests.upstream import FakeUpstream, Reply, message_json
+
+A_TOKEN = "cpa-acme-console-admin-token-0001"
+B_TOKEN = "cpa-globex-console-admin-token-0001"
+A_KEY = "cpk-acme-console-key-0001"
+B_KEY = "cpk-globex-console-key-0001"
+A_SESSION = "acme-build-42"
+B_SESSION = "globex-secret-7"
+
+# Executes if any page ever treats data as HTML: sets a flag, opens a dialog, and asks another
+# origin for an image (the tests watch for all three).
+PAYLOAD = (
+    '<img src="http://xss.invalid/p.png" onerror="window.__xss=1;alert(1)">'
+    "<script>window.__xss=2;alert(2)</script>"
+    '<svg onload="window.__xss=3;alert(3)"></svg>'
+    "\"'><iframe src=\"javascript:alert(4)\"></iframe>"
+)
+
+
+def _sha(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@dataclass
+class World:
+    url: str
+    proxy: ProxyServer
+    upstream: FakeUpstream
+    loop: LoopThread
+    compaction_id: str
+    artifact_pointer: str
+    fact_source: str
+
+    def admin(self, method: str, path: str, token: str = A_TOKEN, **kw: Any) -> httpx.Response:
+        with httpx.Client(timeout=30, trust_env=False) as http:
+            return http.request(
+                method,
+                self.url + "/admin/v1" + path,
+                headers={"Authorization": f"Bearer {token}"},
+                **kw,
+            )
+
+
+def _write_policies(tmp: Path) -> Path:
+    policies = tmp / "policies"
+    policies.mkdir()
+    for name, key, token in (("acme", A_KEY, A_TOKEN), ("globex", B_KEY, B_TOKEN)):
+        roots = tmp / "roots" / name
+        (roots / "transcripts").mkdir(parents=True)
+        (roots / "artifacts").mkdir(parents=True)
+        policy = {
+            "name": name,
+            "api_keys_sha256": [_sha(key)],
+            "provider": {"mode": "passthrough"},
+            "sources": {
+                "kinds": ["transcript", "artifact"],
+                "session_patterns": ["*"],
+                "transcript_root": str(roots / "transcripts"),
+                "artifact_root": str(roots / "artifacts"),
+            },
+            "admin_tokens_sha256": [_sha(token)],
+        }
+        (policies / f"{name}.yaml").write_text(yaml.safe_dump(policy))
+    return policies
+
+
+def _client(url: str, key: str, session: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(
+        base_url=url, api_key=key, max_retries=0, default_headers={"x-session-id": session}
+    )
+
+
+def _seed(world_url: str, upstream: FakeUpstream) -> tuple[str, str]:
+    """Conversations through the proxy; returns (x-compaction-id, the cut result's artifact)."""
+    big = "\n".join(f"line {i}: {PAYLOAD} " + "data " * 12 for i in range(400))
+    first = [{"role": "user", "content": f"Build it. {PAYLOAD}"}]
+    upstream.script(Reply(message_json(f"Answer with markup: {PAYLOAD}", output_tokens=11)))
+    with _client(world_url, A_KEY, A_SESSION) as client:
+        answer = client.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=first)  # type: ignore[arg-type]
+        history: list[dict[str, Any]] = [
+            *first,
+            {"role": "assistant", "content": [{"type": "text", "text": answer.content[0].text}]},  # type: ignore[union-attr]
+            {"role": "user", "content": "read the log"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_log1", "name": "Bash", "input": {"command": "cat log"}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_log1", "content": big}],
+            },
+            {"role": "assistant", "content": "It is long."},
+            {"role": "user", "content": "summarise it"},
+        ]
+        raw = client.messages.with_raw_response.create(
+            model="claude-sonnet-4-5", max_tokens=64, messages=history  # type: ignore[arg-type]
+        )
+        assert "truncate" in raw.headers["x-compaction-layers"], raw.headers
+        compaction_id = raw.headers["x-compaction-id"]
+    sent = upstream.requests[-1].json()["messages"][4]["content"][0]["content"]
+    start = sent.index("full text: ") + len("full text: ")
+    pointer = sent[start : sent.index("]", start)]
+    with _client(world_url, B_KEY, B_SESSION) as client:
+        client.messages.create(
+            model="claude-haiku-4-5",
+            max_tokens=16,
+            messages=[{"role": "user", "content": "globex private conversation"}],
+        )
+    return compaction_id, pointer
+
+
+@pytest.fixture(scope="module")
+def world(loop_thread: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    tmp = tmp_path_factory.mktemp("console")
+    upstream = FakeUpstream()
+    loop_thread.run(upstream.start())
+    config = proxy_config(
+        upstream.url,
+        str(tmp / "state"),
+        auth={"mode": "keys"},
+        policies_dir=str(_write_policies(tmp)),
+        compaction={"threshold": 3000, "hard_limit": 100_000, "tool_result_cap": 200},
+    )
+    proxy = ProxyServer(config)
+    url = loop_thread.run(proxy.start())
+    try:
+        compaction_id, pointer = _seed(url, upstream)
+        loop_thread.run(proxy.app[DURABLE].drain())
+        world = World(url, proxy, upstream, loop_thread, compaction_id, pointer, f"transcript:{A_SESSION}:1")
+        fact = {
+            "id": "xss-fact",
+            "content": f"The payload {PAYLOAD} is only text.",
+            "source": world.fact_source,
+            "last_confirmed_at": "2026-12-01T10:00:00Z",
+        }
+        created = world.admin("POST", f"/sessions/{A_SESSION}/facts", json=fact)
+        assert created.status_code == 201, created.text
+        yield world
+    finally:
+        loop_thread.run(proxy.stop())
+        loop_thread.run(upstream.stop())
