@@ -17,6 +17,7 @@ Another tenant's session, item or manifest is indistinguishable from a missing o
     GET   /admin/v1/sessions/{session}/preview                  the injected block + resolutions
     GET   /admin/v1/sessions/{session}/transcript?after=&limit= recorded events, paged by seq
     GET   /admin/v1/manifests/{compaction_id}                   a manifest, by ``x-compaction-id``
+    GET   /admin/v1/usage[/summary|/sessions|/prices]           the usage ledger (admin_usage)
 
 Writes go through ``Store.write_changes`` only, in the JSON change format of
 :mod:`proxy.core.durable`; the item routes build one change each. Order of checks: token (401),
@@ -86,6 +87,7 @@ from proxy.errors import (
     error_body,
     new_request_id,
 )
+from proxy.server.admin_usage import usage_routes
 from proxy.server.appkeys import RESOLVER, STORE, TENANCY
 from proxy.server.forward import read_limited
 from proxy.store.base import HistoryEntry, RecordedEvent, Store, StoreError
@@ -676,4 +678,6 @@ def add_admin_routes(app: web.Application) -> None:
     r.add_patch(one, _admin(patch_item), name="admin_item_patch")
     r.add_post(one + "/retire", _admin(retire_item), name="admin_item_retire")
     r.add_get(PREFIX + "/manifests/{compaction_id}", _admin(get_manifest), name="admin_manifest")
+    for path, handler, name in usage_routes():  # the usage ledger: proxy.server.admin_usage
+        r.add_get(PREFIX + path, _admin(handler), name=name)
     r.add_route("*", PREFIX + "/{tail:.*}", _admin(not_found), name="admin_other")
