@@ -150,6 +150,36 @@ class AuthConfig:
     mode: str = "passthrough"
 
 
+def _non_negative(value: float) -> str | None:
+    return None if value >= 0 else "a number >= 0"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerConfig:
+    # One row per upstream call (usage, cost, compaction), written in the background.
+    enabled: bool = True
+    # Rows older than this are deleted (checked hourly); 0 keeps them for ever.
+    retention_days: float = field(default=90.0, metadata=_check(_non_negative))
+    # Rows waiting for the store; beyond it new rows are dropped (and counted), never waited on.
+    queue_size: int = field(default=10_000, metadata=_check(_positive))
+    batch_size: int = field(default=500, metadata=_check(_positive))
+    # A batch is written when it is full or this long after its first row.
+    flush_seconds: float = field(default=0.5, metadata=_check(_positive))
+
+
+@dataclass(frozen=True, slots=True)
+class PriceConfig:
+    # A model id or glob (fnmatch: claude-opus-4-5*); first match wins, before the built-ins.
+    model: str = ""
+    # USD per million tokens. The cache prices default to the provider's multipliers of
+    # ``input`` (5m write 1.25x, 1h write 2x, read 0.1x) when left at -1.
+    input: float = field(default=0.0, metadata=_check(_non_negative))
+    output: float = field(default=0.0, metadata=_check(_non_negative))
+    cache_write_5m: float = -1.0
+    cache_write_1h: float = -1.0
+    cache_read: float = -1.0
+
+
 @dataclass(frozen=True, slots=True)
 class ConsoleConfig:
     # The operator console at /console/ (read-only; signed in with an admin token).
@@ -170,6 +200,8 @@ class Config:
     auth: AuthConfig = AuthConfig()
     compaction: CompactionConfig = CompactionConfig()
     logging: LoggingConfig = LoggingConfig()
+    ledger: LedgerConfig = LedgerConfig()
+    prices: tuple[PriceConfig, ...] = ()
     console: ConsoleConfig = ConsoleConfig()
 
     @property
@@ -284,6 +316,16 @@ def check_compaction(c: CompactionConfig, prefix: str, errors: list[str]) -> Non
 
 def _cross_checks(config: Config, errors: list[str]) -> None:
     check_compaction(config.compaction, "compaction", errors)
+    for i, price in enumerate(config.prices):
+        if not price.model:
+            errors.append(f"key 'prices[{i}].model': expected a model id or glob")
+        for name in ("cache_write_5m", "cache_write_1h", "cache_read"):
+            value = getattr(price, name)
+            if value < 0 and value != -1:
+                errors.append(
+                    f"key 'prices[{i}].{name}': expected a number >= 0 (or -1: the standard"
+                    f" multiplier), got {value}"
+                )
 
 
 def parse_config(data: Any, source: str = "<config>") -> Config:

@@ -18,6 +18,7 @@ Another tenant's session, item or manifest is indistinguishable from a missing o
     GET   /admin/v1/sessions/{session}/transcript?after=&limit= recorded events, paged by seq
     GET   /admin/v1/manifests/{compaction_id}                   a manifest, by ``x-compaction-id``
     GET   /admin/v1/sessions/{session}/source?pointer=          a pointer's status and content
+    GET   /admin/v1/usage[/summary|/sessions|/prices]           the usage ledger (admin_usage)
 
 Writes go through ``Store.write_changes`` only, in the JSON change format of
 :mod:`proxy.core.durable`; the item routes build one change each. Order of checks: token (401),
@@ -89,6 +90,7 @@ from proxy.errors import (
     new_request_id,
 )
 from proxy.server.admin_source import get_source, mount_source_viewer
+from proxy.server.admin_usage import usage_routes
 from proxy.server.appkeys import RESOLVER, STORE, TENANCY
 from proxy.server.forward import read_limited
 from proxy.store.base import HistoryEntry, RecordedEvent, Store, StoreError
@@ -686,4 +688,6 @@ def add_admin_routes(app: web.Application) -> None:
     r.add_get(PREFIX + "/manifests/{compaction_id}", _admin(get_manifest), name="admin_manifest")
     mount_source_viewer(app)
     r.add_get(session + "/source", _admin(get_source), name="admin_source")
+    for path, handler, name in usage_routes():  # the usage ledger: proxy.server.admin_usage
+        r.add_get(PREFIX + path, _admin(handler), name=name)
     r.add_route("*", PREFIX + "/{tail:.*}", _admin(not_found), name="admin_other")

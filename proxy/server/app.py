@@ -58,6 +58,7 @@ from proxy.server.forward import (
     read_limited,
     request_headers_for_upstream,
 )
+from proxy.server.ledger import LEDGER, ClientCall, LedgerRecorder, calls_for
 from proxy.server.metrics import CONTENT_TYPE, new_metrics
 from proxy.server.usage import UsageTap
 from proxy.sources.resolver import SourceResolver
@@ -266,15 +267,18 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     service = app[COMPACTION]
     headers = _upstream_headers(request, messages_route=True)
     artifact_session = session if session is not None and sources.artifact_root else None
-    prepared = await service.prepare(
-        request.headers,
-        body,
-        faithful,
-        tenant,
-        tenant_policy.compaction,
-        artifact_session=artifact_session,
-        upstream_headers=headers,
-    )
+    recorder = app.get(LEDGER)
+    # the calls the proxy makes for this request (summaries) are recorded as the tenant's
+    with calls_for(tenant, session, recorder):
+        prepared = await service.prepare(
+            request.headers,
+            body,
+            faithful,
+            tenant,
+            tenant_policy.compaction,
+            artifact_session=artifact_session,
+            upstream_headers=headers,
+        )
     extra_headers.update(prepared.headers)
     result = prepared.result
     if result is not None:
@@ -289,9 +293,14 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
         headers.popall("Content-Encoding", None)  # a re-serialised body is sent as identity
     forwarder = app[FORWARDER]
     before_upstream = time.perf_counter() - started
-    upstream = await forwarder.open(
-        request, route=route, data=prepared.body, decode=True, headers=headers
-    )
+    call = ClientCall(recorder if route == "messages" else None, tenant, session, body, prepared.headers)
+    try:
+        upstream = await forwarder.open(
+            request, route=route, data=prepared.body, decode=True, headers=headers
+        )
+    except ProxyError as exc:  # never reached the provider's answer: no usage
+        call.record(exc.status, None, None)
+        raise
     async with upstream:
         sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
         tap = UsageTap(sse=sse)
@@ -317,8 +326,11 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
                 assert session is not None
                 message = answer.message()
                 durable.record_answer(tenant, sources, session, message, answer.stopped)
+            if upstream.status == 200:
+                tap.close()
+            # recorded even when the client went away mid-stream: the call was made (and billed)
+            call.record(upstream.status, tap.usage, upstream.headers.get("request-id"))
     if outcome.completed and outcome.status == 200:
-        tap.close()
         service.observe(prepared.calibration_key, prepared.estimate, tap.input_tokens)
     return response
 
@@ -407,10 +419,13 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[RESOLVER] = SourceResolver()
     app[DURABLE] = DurableContext(store, app[RESOLVER])
     app[STATE].readiness_checks.append(store.ping)
+    app[LEDGER] = LedgerRecorder(store, app[METRICS], config)
+    app[LEDGER].start()
     try:
         yield
     finally:
         await app[DURABLE].drain()
+        await app[LEDGER].close()
         await store.close()
         await app[COMPACTION].close()
         await session.close()

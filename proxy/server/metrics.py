@@ -31,6 +31,8 @@ class Metrics:
     upstream_errors: Counter
     compactions: Counter
     summaries: Counter
+    usage_tokens: Counter
+    ledger_rows: Counter
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
@@ -89,6 +91,20 @@ def new_metrics() -> Metrics:
             "context_proxy_compactions",
             "Compaction outcomes on /v1/messages, by plan status (new, reused, none, deferred, off).",
             ["plan"],
+            registry=registry,
+        ),
+        usage_tokens=Counter(
+            "context_proxy_usage_tokens",
+            "Tokens the provider reported for upstream calls, by tenant, model and type (input,"
+            " cache_read, cache_creation, output). Models beyond the first 50 seen, or with odd"
+            " names, are counted as model=\"other\".",
+            ["tenant", "model", "type"],
+            registry=registry,
+        ),
+        ledger_rows=Counter(
+            "context_proxy_ledger_rows",
+            "Usage ledger rows by outcome: queued, written, dropped (queue full or store failing).",
+            ["outcome"],
             registry=registry,
         ),
     )

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from proxy.store.base import StoreError
+from proxy.store.usage import SQLITE_STATEMENTS as USAGE_SQLITE
+from proxy.store.usage import USAGE_MIGRATION
 
 __all__ = ["MIGRATIONS", "Migration", "SchemaTooNew", "migrate"]
 
@@ -130,6 +132,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             ) WITHOUT ROWID""",
         ),
     ),
+    Migration(*USAGE_MIGRATION, USAGE_SQLITE),
 )
 
 

@@ -82,6 +82,8 @@ from proxy.store.base import (
 from proxy.store.folding import StateCache, change_rows, decode_change, now_iso
 from proxy.store.migrations import MIGRATIONS, SchemaTooNew
 from proxy.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, MAX_EVENT_LIMIT
+from proxy.store.usage import PG_STATEMENTS as USAGE_PG
+from proxy.store.usage import USAGE_MIGRATION, PostgresUsage
 
 __all__ = [
     "PG_MIGRATIONS",
@@ -210,6 +212,7 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (tenant, model)
         )""",
     ),
+    USAGE_MIGRATION[0]: USAGE_PG,
 }
 
 
@@ -390,7 +393,7 @@ async def _migrate(conn: Any, now: Callable[[], str]) -> list[int]:
     return applied
 
 
-class PostgresStore:
+class PostgresStore(PostgresUsage):
     """A :class:`proxy.store.base.Store` on a PostgreSQL database. Make one with :meth:`open`."""
 
     def __init__(self, pool: Any) -> None:

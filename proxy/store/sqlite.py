@@ -69,6 +69,7 @@ from proxy.store.base import (
 )
 from proxy.store.folding import StateCache, change_rows, decode_change, now_iso
 from proxy.store.migrations import migrate
+from proxy.store.usage import SQLiteUsage
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "SQLiteStore"]
 
@@ -142,7 +143,7 @@ def _event_from_row(session: str, row: tuple[Any, ...]) -> RecordedEvent:
     return RecordedEvent(session, seq, event, prefix_count, prefix_hash)
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteUsage):
     """A :class:`proxy.store.base.Store` on one SQLite file. Make one with :meth:`open`."""
 
     def __init__(self, path: Path, busy_timeout_ms: int) -> None:

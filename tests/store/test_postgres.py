@@ -92,6 +92,7 @@ async def test_schema_migrations_table(pg_store: PostgresStore, pg_url: str) -> 
         "summaries",
         "transcript_events",
         "transcript_heads",
+        "usage_ledger",
     ]
 
 
@@ -100,7 +101,7 @@ async def test_a_newer_schema_is_refused(pg_store: PostgresStore, pg_url: str) -
     try:
         await conn.execute(
             "INSERT INTO schema_migrations VALUES ($1, 'from the future', '2030-01-01T00:00:00Z')",
-            len(MIGRATIONS) + 1,
+            MIGRATIONS[-1].version + 1,
         )
     finally:
         await conn.close()
