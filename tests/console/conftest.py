@@ -18,14 +18,16 @@ import pytest
 import yaml
 
 from proxy.server.appkeys import DURABLE
+from proxy.server.ledger import LEDGER
 from tests.harness import LoopThread, ProxyServer, proxy_config
-from tests.upstream import FakeUpstream, Reply, message_json
+from tests.upstream import FakeUpstream, Reply, Reset, message_json
 
 A_TOKEN = "cpa-acme-console-admin-token-0001"
 B_TOKEN = "cpa-globex-console-admin-token-0001"
 A_KEY = "cpk-acme-console-key-0001"
 B_KEY = "cpk-globex-console-key-0001"
 A_SESSION = "acme-build-42"
+A_ERRORS = "acme-errors-1"
 B_SESSION = "globex-secret-7"
 
 # Executes if any page ever treats data as HTML: sets a flag, opens a dialog, and asks another
@@ -91,11 +93,35 @@ def _client(url: str, key: str, session: str) -> anthropic.Anthropic:
     )
 
 
+def _answer(text: str, **usage: Any) -> Reply:
+    """A provider answer with its usage exactly as the provider reports it (cache split too)."""
+    message = message_json(text)
+    message["usage"] = usage
+    return Reply(message)
+
+
 def _seed(world_url: str, upstream: FakeUpstream) -> tuple[str, str]:
     """Conversations through the proxy; returns (x-compaction-id, the cut result's artifact)."""
     big = "\n".join(f"line {i}: {PAYLOAD} " + "data " * 12 for i in range(400))
     first = [{"role": "user", "content": f"Build it. {PAYLOAD}"}]
-    upstream.script(Reply(message_json(f"Answer with markup: {PAYLOAD}", output_tokens=11)))
+    upstream.script(
+        _answer(
+            f"Answer with markup: {PAYLOAD}",
+            input_tokens=120,
+            cache_creation_input_tokens=2048,
+            cache_read_input_tokens=0,
+            cache_creation={"ephemeral_5m_input_tokens": 2048, "ephemeral_1h_input_tokens": 0},
+            output_tokens=11,
+        ),
+        _answer(
+            "It is a log of 400 lines.",
+            input_tokens=310,
+            cache_creation_input_tokens=512,
+            cache_read_input_tokens=2048,
+            cache_creation={"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 512},
+            output_tokens=23,
+        ),
+    )
     with _client(world_url, A_KEY, A_SESSION) as client:
         answer = client.messages.create(model="claude-sonnet-4-5", max_tokens=64, messages=first)  # type: ignore[arg-type]
         history: list[dict[str, Any]] = [
@@ -123,6 +149,22 @@ def _seed(world_url: str, upstream: FakeUpstream) -> tuple[str, str]:
     sent = upstream.requests[-1].json()["messages"][4]["content"][0]["content"]
     start = sent.index("full text: ") + len("full text: ")
     pointer = sent[start : sent.index("]", start)]
+    # A session with failures: the provider's 529, then a connection reset (an upstream error).
+    upstream.script(
+        Reply(
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            status=529,
+        ),
+        Reset(),
+    )
+    with _client(world_url, A_KEY, A_ERRORS) as client:
+        for _ in range(2):
+            with pytest.raises(anthropic.APIStatusError):
+                client.messages.create(
+                    model="claude-haiku-4-5",
+                    max_tokens=16,
+                    messages=[{"role": "user", "content": "will fail"}],
+                )
     with _client(world_url, B_KEY, B_SESSION) as client:
         client.messages.create(
             model="claude-haiku-4-5",
@@ -143,12 +185,14 @@ def world(loop_thread: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> 
         auth={"mode": "keys"},
         policies_dir=str(_write_policies(tmp)),
         compaction={"threshold": 3000, "hard_limit": 100_000, "tool_result_cap": 200},
+        ledger={"flush_seconds": 0.01},
     )
     proxy = ProxyServer(config)
     url = loop_thread.run(proxy.start())
     try:
         compaction_id, pointer = _seed(url, upstream)
         loop_thread.run(proxy.app[DURABLE].drain())
+        loop_thread.run(proxy.app[LEDGER].flush())
         world = World(url, proxy, upstream, loop_thread, compaction_id, pointer, f"transcript:{A_SESSION}:1")
         fact = {
             "id": "xss-fact",

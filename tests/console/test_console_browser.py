@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.console.browser import Watched, browser, screenshot
-from tests.console.conftest import A_SESSION, A_TOKEN, B_SESSION, B_TOKEN, PAYLOAD, World
+from tests.console.conftest import A_ERRORS, A_SESSION, A_TOKEN, B_SESSION, B_TOKEN, PAYLOAD, World
 
 __all__ = ["browser"]  # the fixture, re-exported for pytest
 
@@ -146,3 +146,136 @@ def test_security_headers_and_assets(watched: tuple[Page, Watched]) -> None:
     # Every request the pages made stayed on this origin (checked again at teardown).
     assert watch.requests and all(u.startswith(watch.origin + "/") for u in watch.requests)
     assert any(u.endswith("/console/static/app.js") for u in watch.requests)
+
+
+def _points(page: Page, chart: str, series: str) -> list[float]:
+    locator = page.get_by_role("img", name=chart).locator(f'[data-series="{series}"][data-index]')
+    return [float(v) for v in locator.evaluate_all("els => els.map(e => e.dataset.value)")]
+
+
+def test_overview_figures_and_chart_equal_the_ledger(watched: tuple[Page, Watched]) -> None:
+    page, _watch = watched
+    sign_in(page)
+    page.get_by_label("Time range").select_option("1h")
+    expect(page).to_have_url(re.compile(r"/console/\?range=1h$"))
+    chart = page.get_by_role("img", name="Input tokens over time")
+    expect(chart).to_be_visible()
+    window = page.locator("main .charts")
+    since, until, bucket = (window.get_attribute(a) for a in ("data-since", "data-until", "data-bucket"))
+    # The same numbers straight from the API, and from the ledger's rows.
+    summary = page.request.get(
+        "/admin/v1/usage/summary", params={"since": since, "until": until, "bucket": bucket}
+    ).json()
+    rows = page.request.get("/admin/v1/usage", params={"limit": 1000}).json()["rows"]
+    totals = summary["totals"]
+    assert totals["calls"] == len(rows) == 4  # 2 answered, a 529 and a reset
+    assert totals["cache_read_input_tokens"] == sum(r["cache_read_input_tokens"] or 0 for r in rows) == 2048
+    assert totals["cache_creation_input_tokens"] == 2048 + 512
+    cards = {
+        "Requests": f"{totals['client_calls']:,}",
+        "Tokens saved": f"{totals['tokens_saved']:,}",
+        "Cache hit ratio": f"{totals['cache_hit_ratio'] * 100:.1f}%",
+        "Compaction events": f"{totals['compaction_events']:,}",
+        "Summary failures": f"{totals['summary_failures']:,}",
+        "Errors": f"{totals['errors']:,}",
+    }
+    for name, text in cards.items():
+        expect(page.get_by_role("region", name=name).locator(".figure")).to_have_text(text)
+    assert totals["errors"] == 2 and totals["compaction_events"] == 1
+    series = summary["series"]
+    for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "tokens_saved"):
+        assert _points(page, "Input tokens over time", key) == [b[key] for b in series], key
+    assert sum(_points(page, "Input tokens over time", "cache_read_input_tokens")) == 2048
+    assert _points(page, "Requests, compactions and errors over time", "errors") == [
+        b["errors"] for b in series
+    ]
+    costs = _points(page, "Cost and savings over time", "cost_total")
+    assert costs == [b["cost_usd"]["total"] for b in series] and sum(costs) > 0
+    screenshot(page, "overview")
+
+
+def test_session_page_timeline_turns_and_manifest(watched: tuple[Page, Watched], world: World) -> None:
+    page, _watch = watched
+    sign_in(page)
+    page.get_by_role("navigation", name="Console").get_by_role("link", name="Sessions").click()
+    page.get_by_role("table", name="Sessions").get_by_role("link", name=A_SESSION).click()
+    expect(page.get_by_role("heading", name=f"Session {A_SESSION}")).to_be_visible()
+    rows = page.request.get(
+        "/admin/v1/usage", params={"session": A_SESSION, "kind": "client"}
+    ).json()["rows"]
+    assert len(rows) == 2
+    chart = "Tokens before and after compaction per turn"
+    expect(page.get_by_role("img", name=chart)).to_be_visible()
+    assert _points(page, chart, "tokens_before") == [r["tokens_before"] for r in rows]
+    assert _points(page, chart, "tokens_after") == [r["tokens_after"] for r in rows]
+    cache = "Prompt cache reads and writes per turn"
+    assert _points(page, cache, "cache_read_input_tokens") == [
+        r["usage"]["cache_read_input_tokens"] for r in rows
+    ] == [0, 2048]
+    assert _points(page, cache, "cache_creation_input_tokens") == [
+        r["usage"]["cache_creation_input_tokens"] for r in rows
+    ] == [2048, 512]
+    assert _points(page, cache, "input_tokens") == [120, 310]
+    for name in (chart, cache):  # the compaction event, at turn 2
+        marker = page.get_by_role("img", name=name).locator("[data-marker-index]")
+        expect(marker).to_have_attribute("data-marker-index", "1")
+    assert rows[1]["tokens_after"] < rows[1]["tokens_before"]
+
+    turns = page.get_by_role("table", name="Turns")
+    expect(turns.get_by_role("row")).to_have_count(3)
+    second = turns.get_by_role("row").nth(2)
+    expect(second).to_contain_text("truncate")
+    expect(second).to_contain_text("new")
+    expect(second).to_contain_text(world.compaction_id)
+
+    compaction = page.get_by_role("article", name=f"Compaction {world.compaction_id}")
+    expect(compaction).to_contain_text("Tool result toolu_log1")
+    compaction.get_by_role("button", name="Show artifact").click()
+    source = page.get_by_role("region", name="Source")
+    expect(source).to_contain_text(world.artifact_pointer)
+    expect(source.get_by_text("available", exact=True)).to_be_visible()
+    expect(source.get_by_label("Source content")).to_contain_text(f"line 399: {PAYLOAD}")
+    assert page.evaluate("window.__xss") is None
+    screenshot(page, "session-manifest")
+
+
+def test_sessions_filter_and_sort(watched: tuple[Page, Watched]) -> None:
+    page, _watch = watched
+    sign_in(page)
+    page.goto("/console/sessions")
+    table = page.get_by_role("table", name="Sessions")
+    expect(table.get_by_role("link")).to_have_count(2)
+    page.get_by_label("Status").select_option("error")
+    page.get_by_role("button", name="Apply").click()
+    expect(page).to_have_url(re.compile(r"status=error"))
+    expect(table.get_by_role("link")).to_have_count(1)
+    expect(table.get_by_role("link", name=A_ERRORS)).to_be_visible()
+    page.get_by_label("Status").select_option("")
+    page.get_by_label("Model").fill("claude-sonnet-4-5")
+    page.get_by_role("button", name="Apply").click()
+    expect(page).to_have_url(re.compile(r"model=claude-sonnet-4-5"))
+    expect(table.get_by_role("link")).to_have_count(1)
+    expect(table.get_by_role("link", name=A_SESSION)).to_be_visible()
+    page.get_by_label("Model").fill("")
+    page.get_by_label("Sort by").select_option("cost")
+    page.get_by_role("button", name="Apply").click()
+    expect(page).to_have_url(re.compile(r"sort=cost"))
+    expect(table.get_by_role("link")).to_have_count(2)
+    # The costlier session first (the failed calls cost nothing).
+    expect(table.get_by_role("link").first).to_have_text(A_SESSION)
+    page.get_by_label("Model").fill("no-such-model")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.get_by_text("No session matches.")).to_be_visible()
+
+
+def test_health_panel(watched: tuple[Page, Watched]) -> None:
+    page, _watch = watched
+    sign_in(page)
+    page.get_by_role("navigation", name="Console").get_by_role("link", name="Health").click()
+    expect(page.get_by_role("heading", name="Health")).to_be_visible()
+    expect(page.get_by_role("region", name="Readiness").locator(".figure")).to_have_text("ready")
+    expect(page.get_by_role("region", name="Store").locator(".figure")).to_have_text("ok")
+    errors = page.get_by_role("table", name=re.compile("Upstream errors by kind"))
+    expect(errors.get_by_role("row", name="reset")).to_contain_text("1")
+    expect(errors.get_by_role("row", name="timeout")).to_contain_text("0")
+    screenshot(page, "health")

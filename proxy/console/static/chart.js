@@ -13,11 +13,13 @@ function s(tag, attrs = {}, text) {
   return el;
 }
 
+// The axis top: four equal steps, each 1, 2, 2.5 or 5 times a power of ten.
 function niceMax(v) {
   if (!(v > 0)) return 1;
-  const p = Math.pow(10, Math.floor(Math.log10(v)));
-  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p;
-  return 10 * p;
+  const raw = v / 4;
+  const p = Math.pow(10, Math.floor(Math.log10(raw)));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= raw) return 4 * m * p;
+  return 40 * p;
 }
 
 function short(n) {
@@ -119,7 +121,10 @@ export function chart({ title, labels, series, markers = [], format = short }) {
 
   const figure = document.createElement("figure");
   figure.className = "chart";
-  figure.append(svg);
+  const heading = document.createElement("p");
+  heading.className = "chart-title";
+  heading.textContent = title;
+  figure.append(heading, svg);
   const legend = document.createElement("figcaption");
   legend.className = "legend";
   series.forEach((ser, i) => {

@@ -62,9 +62,10 @@ export async function overviewPage(view, navigate) {
        ["Total", null, cost.total]].map(([name, tokens, usd]) =>
         h("tr", {}, h("th", { scope: "row" }, name), h("td", {}, tokens === null ? "" : fmtInt(tokens)), h("td", {}, fmtUsd(usd))))));
   const series = data.series || [];
+  const figures = h("div", { class: "charts", "data-since": data.since, "data-until": data.until, "data-bucket": data.bucket_seconds });
   const labels = series.map((b) => bucketLabel(b.start, data.bucket_seconds));
-  view.append(
-    h("h2", {}, "Over time"),
+  view.append(h("h2", {}, "Over time"), figures, cs);
+  figures.append(
     chart({
       title: "Input tokens over time",
       labels,
@@ -94,6 +95,5 @@ export async function overviewPage(view, navigate) {
         { key: "errors", label: "errors", kind: "line", values: series.map((b) => b.errors) },
       ],
     }),
-    cs,
   );
 }

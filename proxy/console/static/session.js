@@ -1,7 +1,7 @@
 // One session: timeline, turns, compactions with their manifests, durable state, transcript.
 import { admin, ApiError, enc, whoami } from "./api.js";
 import { chart } from "./chart.js";
-import { clear, fmtInt, fmtTime, fmtUsd, h, message } from "./dom.js";
+import { append, clear, fmtInt, fmtTime, fmtUsd, h, message } from "./dom.js";
 
 const MAX_ROWS = 5000;
 const MAX_MANIFESTS = 50;
@@ -62,20 +62,27 @@ function timeline(rows) {
     if (r.compaction_id && r.plan === "new") markers.push({ index: i, label: `compaction ${r.compaction_id} at turn ${i + 1}` });
   });
   const u = (r, k) => (r.usage ? r.usage[k] || 0 : 0);
+  if (!client.length) return section("Timeline", message("notice", "No request of this session is in the usage ledger."));
   return section("Timeline",
-    client.length
-      ? chart({
-        title: "Tokens before and after compaction per turn",
-        labels,
-        markers,
-        series: [
-          { key: "cache_read_input_tokens", label: "cache read", kind: "bar", values: client.map((r) => u(r, "cache_read_input_tokens")) },
-          { key: "cache_creation_input_tokens", label: "cache write", kind: "bar", values: client.map((r) => u(r, "cache_creation_input_tokens")) },
-          { key: "tokens_before", label: "tokens before", kind: "line", values: client.map((r) => r.tokens_before || 0) },
-          { key: "tokens_after", label: "tokens after", kind: "line", values: client.map((r) => r.tokens_after || 0) },
-        ],
-      })
-      : message("notice", "No request of this session is in the usage ledger."));
+    chart({
+      title: "Tokens before and after compaction per turn",
+      labels,
+      markers,
+      series: [
+        { key: "tokens_before", label: "tokens before", kind: "line", values: client.map((r) => r.tokens_before || 0) },
+        { key: "tokens_after", label: "tokens after", kind: "line", values: client.map((r) => r.tokens_after || 0) },
+      ],
+    }),
+    chart({
+      title: "Prompt cache reads and writes per turn",
+      labels,
+      markers,
+      series: [
+        { key: "cache_read_input_tokens", label: "cache read", kind: "bar", values: client.map((r) => u(r, "cache_read_input_tokens")) },
+        { key: "cache_creation_input_tokens", label: "cache write", kind: "bar", values: client.map((r) => u(r, "cache_creation_input_tokens")) },
+        { key: "input_tokens", label: "uncached input", kind: "bar", values: client.map((r) => u(r, "input_tokens")) },
+      ],
+    }));
 }
 
 function turns(rows) {
@@ -106,7 +113,7 @@ function turns(rows) {
       h("td", {}, r.compaction_id ? h("code", {}, r.compaction_id) : ""));
   });
   return section("Turns", h("table", {},
-    h("caption", {}, "Turns"),
+    h("caption", { class: "visually-hidden" }, "Turns"),
     h("thead", {}, h("tr", {}, ["Turn", "Time", "Model", "Status", "Tokens before", "Tokens after", "Layers",
       "Plan", "Summary", "Retrievals", "Cache read", "Cache write", "Cost", "Compaction"].map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, body)));
@@ -198,14 +205,14 @@ function sourceViewer(base) {
   async function show(pointer) {
     clear(body).append(message("notice", "Loading " + pointer));
     const data = await admin(base + "/source", { pointer });
-    clear(body).append(
+    append(clear(body), [
       h("p", {}, h("code", {}, data.pointer), " ",
         h("span", { class: "status " + data.status, "data-status": data.status }, data.status)),
       data.evidence_sha256 ? h("p", { class: "detail" }, "SHA-256 " + data.evidence_sha256) : null,
       data.content !== null && data.content !== undefined
         ? sourceContent(data.content)
         : message("notice", `This source is ${data.status}: nothing is shown.`),
-      data.truncated ? message("notice", "Only the beginning is shown.") : null);
+      data.truncated ? message("notice", "Only the beginning is shown.") : null]);
     element.scrollIntoView({ block: "nearest" });
   }
   function button(label, pointer) {
