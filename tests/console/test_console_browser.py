@@ -245,6 +245,18 @@ def test_sessions_filter_and_sort(watched: tuple[Page, Watched]) -> None:
     page.goto("/console/sessions")
     table = page.get_by_role("table", name="Sessions")
     expect(table.get_by_role("link")).to_have_count(2)
+    listed = {e["session"]: e for e in page.request.get("/admin/v1/usage/sessions").json()["sessions"]}
+    row = table.get_by_role("row").filter(has=page.get_by_role("link", name=A_SESSION))
+    build = listed[A_SESSION]
+    assert build["calls"] == 2 and build["compaction_events"] == 1
+    cells = [f"{build['calls']:,}", f"{build['errors']:,}", f"{build['compaction_events']:,}",
+             f"{build['total_input_tokens']:,}", f"{build['cache_hit_ratio'] * 100:.1f}%"]
+    for text in cells:
+        expect(row).to_contain_text(text)
+    cost = row.locator("[data-usd]")
+    assert float(cost.get_attribute("data-usd") or "nan") == build["cost_usd"]["total"] > 0
+    expect(cost).to_have_text(f"${build['cost_usd']['total']:.4f}")
+    screenshot(page, "sessions-ledger")
     page.get_by_label("Status").select_option("error")
     page.get_by_role("button", name="Apply").click()
     expect(page).to_have_url(re.compile(r"status=error"))

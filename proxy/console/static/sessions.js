@@ -7,6 +7,9 @@ const PAGE = 50;
 const SORTS = [["recent", "Most recent"], ["cost", "Highest cost"], ["savings", "Highest savings"]];
 const STATUSES = [["", "Any status"], ["ok", "Without errors"], ["error", "With errors"]];
 
+// A session's cost: the ledger's totals carry the split ({input, ..., total}).
+const costOf = (s) => (s.cost_usd && typeof s.cost_usd === "object" ? s.cost_usd.total : s.cost_usd);
+
 export const sessionHref = (id) => "/console/sessions/" + encodeURIComponent(id);
 
 function select(id, label, options, current) {
@@ -63,7 +66,7 @@ export async function sessionsPage(view, navigate) {
       h("td", { class: "num" }, fmtInt(s.summary_failures)),
       h("td", { class: "num" }, fmtInt(s.total_input_tokens)),
       h("td", { class: "num" }, fmtPct(s.cache_hit_ratio)),
-      h("td", { class: "num" }, fmtUsd(s.cost_usd)),
+      h("td", { class: "num", "data-usd": costOf(s) }, fmtUsd(costOf(s))),
       h("td", { class: "num" }, fmtUsd(s.savings_usd))));
   view.append(
     h("p", { class: "detail", role: "status" }, `${fmtInt(data.total)} sessions`),
