@@ -28,6 +28,7 @@ A_KEY = "cpk-acme-console-key-0001"
 B_KEY = "cpk-globex-console-key-0001"
 A_SESSION = "acme-build-42"
 A_ERRORS = "acme-errors-1"
+A_LONG = "acme-long-3"
 B_SESSION = "globex-secret-7"
 
 # Executes if any page ever treats data as HTML: sets a flag, opens a dialog, and asks another
@@ -100,6 +101,27 @@ def _answer(text: str, **usage: Any) -> Reply:
     return Reply(message)
 
 
+def _long_history() -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = [{"role": "user", "content": "start the long one"}]
+    for n, (tool_id, text) in enumerate((("toolu_r1", "first"), ("toolu_r2", "second"))):
+        history += [
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": tool_id, "name": "Read", "input": {"file_path": "/src/app.py"}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": tool_id, "content": f"{text} read " + "code " * 150}
+            ]},
+            {"role": "assistant", "content": f"read {n} done"},
+            {"role": "user", "content": f"note {n}: " + "word " * 300},
+        ]
+    for k in range(9):
+        history += [
+            {"role": "assistant", "content": f"reply {k}"},
+            {"role": "user", "content": f"filler {k}: " + "more " * 300},
+        ]
+    return history
+
+
 def _seed(world_url: str, upstream: FakeUpstream) -> tuple[str, str]:
     """Conversations through the proxy; returns (x-compaction-id, the cut result's artifact)."""
     big = "\n".join(f"line {i}: {PAYLOAD} " + "data " * 12 for i in range(400))
@@ -165,6 +187,10 @@ def _seed(world_url: str, upstream: FakeUpstream) -> tuple[str, str]:
                     max_tokens=16,
                     messages=[{"role": "user", "content": "will fail"}],
                 )
+    # A long session: 27 transcript events (two pages), a file read twice (dedup) and old turns
+    # pruned and summarised (the summary call goes to the fake upstream too).
+    with _client(world_url, A_KEY, A_LONG) as client:
+        client.messages.create(model="claude-opus-4-1", max_tokens=16, messages=_long_history())  # type: ignore[arg-type]
     with _client(world_url, B_KEY, B_SESSION) as client:
         client.messages.create(
             model="claude-haiku-4-5",

@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.console.browser import Watched, browser, screenshot
-from tests.console.conftest import A_ERRORS, A_SESSION, A_TOKEN, B_SESSION, B_TOKEN, PAYLOAD, World
+from tests.console.conftest import A_ERRORS, A_LONG, A_SESSION, A_TOKEN, B_SESSION, B_TOKEN, PAYLOAD, World
 
 __all__ = ["browser"]  # the fixture, re-exported for pytest
 
@@ -168,7 +168,7 @@ def test_overview_figures_and_chart_equal_the_ledger(watched: tuple[Page, Watche
     ).json()
     rows = page.request.get("/admin/v1/usage", params={"limit": 1000}).json()["rows"]
     totals = summary["totals"]
-    assert totals["calls"] == len(rows) == 4  # 2 answered, a 529 and a reset
+    assert totals["calls"] == len(rows) == 5  # 3 answered, a 529 and a reset
     assert totals["cache_read_input_tokens"] == sum(r["cache_read_input_tokens"] or 0 for r in rows) == 2048
     assert totals["cache_creation_input_tokens"] == 2048 + 512
     cards = {
@@ -181,7 +181,7 @@ def test_overview_figures_and_chart_equal_the_ledger(watched: tuple[Page, Watche
     }
     for name, text in cards.items():
         expect(page.get_by_role("region", name=name).locator(".figure")).to_have_text(text)
-    assert totals["errors"] == 2 and totals["compaction_events"] == 1
+    assert totals["errors"] == 2 and totals["compaction_events"] == 2
     series = summary["series"]
     for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "tokens_saved"):
         assert _points(page, "Input tokens over time", key) == [b[key] for b in series], key
@@ -244,7 +244,7 @@ def test_sessions_filter_and_sort(watched: tuple[Page, Watched]) -> None:
     sign_in(page)
     page.goto("/console/sessions")
     table = page.get_by_role("table", name="Sessions")
-    expect(table.get_by_role("link")).to_have_count(2)
+    expect(table.get_by_role("link")).to_have_count(3)
     listed = {e["session"]: e for e in page.request.get("/admin/v1/usage/sessions").json()["sessions"]}
     row = table.get_by_role("row").filter(has=page.get_by_role("link", name=A_SESSION))
     build = listed[A_SESSION]
@@ -272,7 +272,7 @@ def test_sessions_filter_and_sort(watched: tuple[Page, Watched]) -> None:
     page.get_by_label("Sort by").select_option("cost")
     page.get_by_role("button", name="Apply").click()
     expect(page).to_have_url(re.compile(r"sort=cost"))
-    expect(table.get_by_role("link")).to_have_count(2)
+    expect(table.get_by_role("link")).to_have_count(3)
     # The costlier session first (the failed calls cost nothing).
     expect(table.get_by_role("link").first).to_have_text(A_SESSION)
     page.get_by_label("Model").fill("no-such-model")
@@ -291,3 +291,39 @@ def test_health_panel(watched: tuple[Page, Watched]) -> None:
     expect(errors.get_by_role("row", name="reset")).to_contain_text("1")
     expect(errors.get_by_role("row", name="timeout")).to_contain_text("0")
     screenshot(page, "health")
+
+
+def test_removed_messages_and_transcript_pages(watched: tuple[Page, Watched]) -> None:
+    page, _watch = watched
+    sign_in(page)
+    page.goto(f"/console/sessions/{A_LONG}")
+    expect(page.get_by_role("heading", name=f"Session {A_LONG}")).to_be_visible()
+    (compaction,) = [
+        r["compaction_id"]
+        for r in page.request.get("/admin/v1/usage", params={"session": A_LONG}).json()["rows"]
+        if r["compaction_id"]
+    ]
+    article = page.get_by_role("article", name=f"Compaction {compaction}")
+    expect(article).to_contain_text("Superseded file read removed: 2 messages")
+    source = page.get_by_role("region", name="Source")
+    # Message i of the conversation is transcript event i + 1, checked by the resolver.
+    article.get_by_role("button", name="Show message 1").click()
+    expect(source).to_contain_text(f"transcript:{A_LONG}:2")
+    expect(source.get_by_label("Source content")).to_contain_text("tool_use Read (toolu_r1)")
+    expect(source.get_by_label("Source content")).to_contain_text("/src/app.py")
+    article.get_by_role("button", name="Show message 2").click()
+    expect(source.get_by_label("Source content")).to_contain_text("tool_result for toolu_r1")
+    expect(source.get_by_label("Source content")).to_contain_text("first read code")
+
+    transcript = page.get_by_role("region", name="Transcript")
+    events = transcript.get_by_role("article")
+    expect(events).to_have_count(20)
+    expect(events.first).to_have_attribute("data-seq", "1")
+    transcript.get_by_role("button", name="Next events").click()
+    expect(events.first).to_have_attribute("data-seq", "21")
+    expect(events).to_have_count(8)
+    expect(events.last).to_contain_text("assistant · answer")
+    expect(transcript.get_by_role("button", name="Next events")).to_have_count(0)
+    transcript.get_by_role("button", name="Previous events").click()
+    expect(events.first).to_have_attribute("data-seq", "1")
+    expect(events).to_have_count(20)

@@ -74,7 +74,9 @@ def test_a_wrong_token_gets_the_form_again_and_no_cookie(http: httpx.Client, wor
 
 def test_the_cookie_reads_its_tenant_and_never_writes(http: httpx.Client, world: World) -> None:
     _sign_in(http, world)
-    assert http.get("/admin/v1/sessions").json()["sessions"] == ["acme-build-42", "acme-errors-1"]
+    assert http.get("/admin/v1/sessions").json()["sessions"] == [
+        "acme-build-42", "acme-errors-1", "acme-long-3"
+    ]
     assert http.get(f"/admin/v1/sessions/{B_SESSION}/state").status_code == 404
     fact = {"id": "f2", "content": "x", "source": f"transcript:{A_SESSION}:1",
             "last_confirmed_at": "2026-12-01T10:00:00Z"}
