@@ -14,7 +14,16 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from tests.console.browser import Watched, browser, screenshot
-from tests.console.conftest import A_ERRORS, A_LONG, A_SESSION, A_TOKEN, B_SESSION, B_TOKEN, PAYLOAD, World
+from tests.console.conftest import (
+    A_ERRORS,
+    A_LONG,
+    A_SESSION,
+    A_TOKEN,
+    B_SESSION,
+    B_TOKEN,
+    PAYLOAD,
+    World,
+)
 
 __all__ = ["browser"]  # the fixture, re-exported for pytest
 
