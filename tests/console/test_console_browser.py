@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.console.browser import Watched, browser, screenshot
+from tests.console.browser import Watched, screenshot
 from tests.console.conftest import (
     A_ERRORS,
     A_LONG,
@@ -24,8 +24,6 @@ from tests.console.conftest import (
     PAYLOAD,
     World,
 )
-
-__all__ = ["browser"]  # the fixture, re-exported for pytest
 
 
 @pytest.fixture
