@@ -186,7 +186,9 @@ async function durable(base, state, viewer) {
   const tbl = (caption, recs, text) => h("table", {},
     h("caption", {}, caption),
     h("thead", {}, h("tr", {}, ["Id", "Content", "Source", "Source status", "Last confirmed", ""].map((t) => h("th", { scope: "col" }, t)))),
-    h("tbody", {}, recs.map((r) => row(r, text(r.item)))));
+    h("tbody", {}, recs.length
+      ? recs.map((r) => row(r, text(r.item)))
+      : h("tr", {}, h("td", { colspan: 6, class: "detail" }, "None."))));
   out.append(
     tbl("Facts", state.facts, (i) => i.content),
     tbl("Pending items", state.pending, (i) => `[${i.status}] ${i.content}`),
