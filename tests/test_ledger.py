@@ -21,7 +21,7 @@ import pytest
 
 from proxy.core.ledger import PriceTable, cost_of, row_sums, usage_from
 from proxy.server.appkeys import METRICS, STORE
-from proxy.server.ledger import LEDGER
+from proxy.server.ledger import LEDGER, record_upstream_call
 from proxy.store.usage import UsageQuery
 from tests.harness import LoopThread, ProxyServer
 from tests.pg_server import fresh_schema
@@ -319,3 +319,62 @@ def test_recording_does_not_delay_the_answer(upstream: FakeUpstream, keyed: Prox
         store.record_usage = original  # type: ignore[method-assign]
     rows = loop_thread.run(store.usage_rows("acme", UsageQuery(session="stall-1")))
     assert len(rows) == 3
+
+
+def test_retrieval_calls_recorded_through_record_upstream_call(keyed: ProxyServer, loop_thread: LoopThread) -> None:
+    """The function a proxy-made continuation (kind retrieval) calls; counted apart from client calls."""
+    usage = {"input_tokens": 700, "cache_read_input_tokens": 30000, "cache_creation_input_tokens": 0, "output_tokens": 60}
+
+    async def record() -> None:
+        record_upstream_call(keyed.app, tenant="acme", session="r-1", model=SONNET, kind="retrieval",
+                             route="retrieval", status=200, latency_ms=80.0, usage=usage, request_id="req_r1")
+
+    loop_thread.run(record())
+    (row,) = _rows(keyed, loop_thread, "?kind=retrieval")
+    assert (row["kind"], row["session"], row["provider_usage"]) == ("retrieval", "r-1", usage)
+    totals = _admin(keyed, loop_thread, "/usage/summary").json()["totals"]
+    assert (totals["retrieval_calls"], totals["client_calls"], totals["calls"]) == (1, 0, 1)
+
+
+def test_rows_past_the_retention_are_deleted(keyed: ProxyServer, loop_thread: LoopThread) -> None:
+    old_ms = int((time.time() - 200 * 86400) * 1000)  # retention_days defaults to 90
+    old = (time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(old_ms / 1000)), old_ms)
+
+    async def record() -> int:
+        for started, rid in ((old, "req_old"), (None, "req_new")):
+            record_upstream_call(keyed.app, tenant="acme", session="k-1", model=SONNET, kind="client",
+                                 status=200, latency_ms=1.0, usage=None, request_id=rid, started=started)
+        await keyed.app[LEDGER].flush()
+        return await keyed.app[LEDGER].prune()
+
+    assert loop_thread.run(record()) == 1
+    assert [r["request_id"] for r in _rows(keyed, loop_thread)] == ["req_new"]
+
+
+def test_a_full_queue_drops_rows_and_never_the_answer(
+    upstream: FakeUpstream, make_proxy: Any, tmp_path: Path, loop_thread: LoopThread
+) -> None:
+    proxy = make_proxy(auth={"mode": "keys"}, policies_dir=str(_write_policies(tmp_path)),
+                       ledger={"queue_size": 1, "batch_size": 1, "flush_seconds": 0.01})
+    store = proxy.app[STORE]
+    gate = asyncio.Event()
+    original = store.record_usage
+
+    async def stalled(*args: Any, **kwargs: Any) -> None:
+        await gate.wait()
+        await original(*args, **kwargs)
+
+    store.record_usage = stalled  # type: ignore[method-assign]
+    try:
+        client = _client(proxy)
+        for _ in range(4):
+            client.messages.create(model=SONNET, max_tokens=5, messages=[{"role": "user", "content": "x"}])
+        loop_thread.loop.call_soon_threadsafe(gate.set)
+        loop_thread.run(proxy.app[LEDGER].flush(), timeout=10)
+    finally:
+        store.record_usage = original  # type: ignore[method-assign]
+    registry = proxy.app[METRICS].registry
+    dropped = registry.get_sample_value("context_proxy_ledger_rows_total", {"outcome": "dropped"}) or 0
+    written = registry.get_sample_value("context_proxy_ledger_rows_total", {"outcome": "written"}) or 0
+    assert dropped >= 1 and written + dropped == 4
+    assert len(_rows(proxy, loop_thread)) == written

@@ -151,6 +151,9 @@ _SUM_SQL: dict[str, str] = {
     "removed_uncached": f"COALESCE(SUM(CASE WHEN {_HAS_REMOVED} THEN {_REMOVED}"
     " * (COALESCE(input_tokens, 0) + COALESCE(cache_creation_input_tokens, 0))"
     " / tokens_after ELSE 0 END), 0)",
+    "priced_5m": "COALESCE(SUM(CASE WHEN COALESCE(cache_creation_input_tokens, 0)"
+    " > COALESCE(cache_creation_1h, 0) THEN COALESCE(cache_creation_input_tokens, 0)"
+    " - COALESCE(cache_creation_1h, 0) ELSE 0 END), 0)",
 }
 assert tuple(_SUM_SQL) == SUM_FIELDS
 _SUMS = ", ".join(_SUM_SQL.values())
