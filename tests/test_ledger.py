@@ -378,3 +378,38 @@ def test_a_full_queue_drops_rows_and_never_the_answer(
     written = registry.get_sample_value("context_proxy_ledger_rows_total", {"outcome": "written"}) or 0
     assert dropped >= 1 and written + dropped == 4
     assert len(_rows(proxy, loop_thread)) == written
+
+
+def test_sessions_filter_sort_and_page(
+    upstream: FakeUpstream, keyed: ProxyServer, loop_thread: LoopThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def reply(input_tokens: int) -> Reply:
+        body = message_json("ok", model=SONNET)
+        body["usage"] = {"input_tokens": input_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 1}
+        return Reply(body)
+
+    error = Reply({"type": "error", "error": {"type": "api_error", "message": "boom"}}, status=500)
+    upstream.script(reply(1000), reply(5000), reply(3000), error)
+    for session in ("cheap", "dear", "middle", "middle"):
+        try:
+            _client(keyed, session=session).messages.create(model=SONNET, max_tokens=5, messages=[{"role": "user", "content": "x"}])
+        except anthropic.InternalServerError:
+            pass
+
+    def sessions(query: str) -> list[str]:
+        answer = _admin(keyed, loop_thread, "/usage/sessions" + query)
+        assert answer.status_code == 200, answer.text
+        return [s["session"] for s in answer.json()["sessions"]]
+
+    assert sessions("?sort=cost") == ["dear", "middle", "cheap"]
+    assert sessions("") == ["middle", "dear", "cheap"]  # most recent first
+    assert sessions("?status=error") == ["middle"]
+    assert sessions("?status=ok&sort=cost") == ["dear", "cheap"]
+    assert sessions("?sort=cost&limit=1&offset=1") == ["middle"]
+    middle = _admin(keyed, loop_thread, "/usage/sessions?status=error").json()["sessions"][0]
+    assert (middle["calls"], middle["errors"], middle["models"]) == (2, 1, [SONNET])
+    assert middle["cost_usd"]["total"] == pytest.approx(3000 * 3 / 1e6 + 15 / 1e6)
+    # an answer never holds part of a range: too many groups is a 400
+    monkeypatch.setattr("proxy.store.usage.MAX_GROUPS", 2)
+    monkeypatch.setattr("proxy.server.admin_usage.MAX_GROUPS", 2)
+    assert _admin(keyed, loop_thread, "/usage/sessions").status_code == 400

@@ -41,7 +41,14 @@ from proxy.core.pointers import is_valid_session_id
 from proxy.errors import InvalidRequest
 from proxy.server.appkeys import CONFIG, STORE
 from proxy.server.ledger import LEDGER, price_table
-from proxy.store.usage import MAX_USAGE_LIMIT, UsageGroup, UsageQuery, UsageRow, iso_of_ms
+from proxy.store.usage import (
+    MAX_GROUPS,
+    MAX_USAGE_LIMIT,
+    UsageGroup,
+    UsageQuery,
+    UsageRow,
+    iso_of_ms,
+)
 from proxy.tenants import Tenant
 
 __all__ = ["usage_routes"]
@@ -256,6 +263,15 @@ def sessions_json(
 # -- handlers ---------------------------------------------------------------------------------
 
 
+def _bounded(groups: Sequence[UsageGroup]) -> None:
+    if len(groups) > MAX_GROUPS:
+        raise InvalidRequest(
+            f"since: the range holds more than {MAX_GROUPS} groups (sessions or buckets x models);"
+            " narrow since/until or filter by model"
+        )
+
+
+
 async def get_usage(request: web.Request, tenant: Tenant) -> web.StreamResponse:
     base = _query(request)
     after = _int(request, "after", 0, 0, 10**18 - 1)
@@ -294,6 +310,7 @@ async def get_summary(request: web.Request, tenant: Tenant) -> web.StreamRespons
         )
     query = UsageQuery(since_ms, until_ms, base.session, base.model, base.kind)
     groups = await request.app[STORE].usage_groups(tenant.name, query, "bucket", bucket_s * 1000)
+    _bounded(groups)
     return _json(summary_json(groups, _prices(request), since_ms, until_ms, bucket_s))
 
 
@@ -306,6 +323,7 @@ async def get_sessions(request: web.Request, tenant: Tenant) -> web.StreamRespon
     limit = _int(request, "limit", DEFAULT_SESSIONS_LIMIT, 1, MAX_SESSIONS_LIMIT)
     offset = _int(request, "offset", 0, 0, MAX_OFFSET)
     groups = await request.app[STORE].usage_groups(tenant.name, base, "session")
+    _bounded(groups)
     return _json(
         sessions_json(
             groups, _prices(request), status=status, sort=sort, limit=limit, offset=offset

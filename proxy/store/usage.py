@@ -43,7 +43,9 @@ T = TypeVar("T")
 
 USAGE_MIGRATION = (5, "usage ledger")
 MAX_USAGE_LIMIT = 1000
-MAX_GROUPS = 100_000  # rows of an aggregate answer (buckets x models, sessions x models)
+# rows of an aggregate answer (buckets x models, sessions x models); one more is returned when
+# there are more (the caller refuses the range rather than answer with part of it)
+MAX_GROUPS = 100_000
 DELETE_CHUNK = 5000
 _MAX_TEXT = 1000
 
@@ -337,7 +339,7 @@ def _groups_sql(
         where += " AND session IS NOT NULL"
     sql = (
         f"SELECT {key} AS k, model, MIN(at_ms), MAX(at_ms), {_SUMS} FROM usage_ledger"
-        f" WHERE {where} GROUP BY k, model ORDER BY k, model LIMIT {MAX_GROUPS}"
+        f" WHERE {where} GROUP BY k, model ORDER BY k, model LIMIT {MAX_GROUPS + 1}"
     )
     return sql, [*key_params, *params]
 
