@@ -413,3 +413,35 @@ def test_sessions_filter_sort_and_page(
     monkeypatch.setattr("proxy.store.usage.MAX_GROUPS", 2)
     monkeypatch.setattr("proxy.server.admin_usage.MAX_GROUPS", 2)
     assert _admin(keyed, loop_thread, "/usage/sessions").status_code == 400
+
+
+def test_newest_first_paging(upstream: FakeUpstream, keyed: ProxyServer, loop_thread: LoopThread) -> None:
+    client = _client(keyed)
+    for i in range(5):
+        client.messages.create(model=SONNET, max_tokens=5, messages=[{"role": "user", "content": str(i)}])
+    ascending = [r["id"] for r in _rows(keyed, loop_thread)]
+    seen: list[int] = []
+    query = "?order=desc&limit=2"
+    while True:
+        page = _admin(keyed, loop_thread, "/usage" + query).json()
+        seen += [r["id"] for r in page["rows"]]
+        assert page["next_after"] is None
+        if page["next_before"] is None:
+            break
+        query = f"?order=desc&limit=2&before={page['next_before']}"
+    assert seen == ascending[::-1]
+    assert _admin(keyed, loop_thread, "/usage?order=desc&after=1").status_code == 400
+    assert _admin(keyed, loop_thread, "/usage?before=3").status_code == 400
+
+
+def test_a_stream_cut_by_the_upstream_is_recorded_with_what_arrived(
+    upstream: FakeUpstream, keyed: ProxyServer, loop_thread: LoopThread
+) -> None:
+    start = {"input_tokens": 50, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 800, "output_tokens": 1}
+    upstream.script(Stream(_usage_stream(start, [{"output_tokens": 40}]), cut_after=3))
+    with pytest.raises(anthropic.APIError):
+        with _client(keyed).messages.stream(model=SONNET, max_tokens=100, messages=[{"role": "user", "content": "go"}]) as s:
+            s.get_final_message()
+    (row,) = _rows(keyed, loop_thread)
+    assert row["status"] == 200  # the status the upstream sent; the body was cut after it
+    assert row["usage"]["cache_read_input_tokens"] == 800 and row["output_tokens"] == 1  # message_start's

@@ -172,6 +172,8 @@ class UsageQuery:
     kind: str | None = None
     after: int = 0
     limit: int = 100
+    before: int | None = None  # ``id < before`` (with ``descending``: paging newest first)
+    descending: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,7 +323,14 @@ def _where(tenant: str, q: UsageQuery) -> tuple[str, list[Any]]:
 def _rows_sql(tenant: str, q: UsageQuery) -> tuple[str, list[Any]]:
     where, params = _where(tenant, q)
     limit = max(1, min(q.limit, MAX_USAGE_LIMIT))
-    return f"{_SELECT} WHERE {where} AND id > ? ORDER BY id LIMIT ?", [*params, q.after, limit]
+    if q.before is not None:
+        where += " AND id < ?"
+        params.append(q.before)
+    order = "DESC" if q.descending else ""
+    return (
+        f"{_SELECT} WHERE {where} AND id > ? ORDER BY id {order} LIMIT ?",
+        [*params, q.after, limit],
+    )
 
 
 def _groups_sql(
