@@ -26,7 +26,7 @@ from proxy.store.usage import UsageQuery
 from tests.harness import LoopThread, ProxyServer
 from tests.pg_server import fresh_schema
 from tests.test_admin import A_API_KEY, A_TOKEN, B_API_KEY, B_TOKEN, _write_policies
-from tests.upstream import FakeUpstream, RecordedRequest, Reply, Stream, frame, message_json
+from tests.upstream import FakeUpstream, RecordedRequest, Reply, Reset, Stream, frame, message_json
 
 SONNET = "claude-sonnet-4-5"
 SUMMARY_MODEL = "claude-haiku-4-5"
@@ -445,3 +445,27 @@ def test_a_stream_cut_by_the_upstream_is_recorded_with_what_arrived(
     (row,) = _rows(keyed, loop_thread)
     assert row["status"] == 200  # the status the upstream sent; the body was cut after it
     assert row["usage"]["cache_read_input_tokens"] == 800 and row["output_tokens"] == 1  # message_start's
+
+
+def test_a_summary_call_without_an_answer_is_a_502_row(
+    upstream: FakeUpstream, make_proxy: Any, tmp_path: Path, transcript: dict[str, Any], loop_thread: LoopThread
+) -> None:
+    proxy = make_proxy(
+        auth={"mode": "keys"}, policies_dir=str(_write_policies(tmp_path)), ledger={"flush_seconds": 0.01},
+        compaction={"threshold": 20_000, "hard_limit": 60_000, "summary": {"model": SUMMARY_MODEL, "max_retries": 0}},
+    )
+    upstream.script(lambda r: Reset() if r.json()["model"] == SUMMARY_MODEL else Reply(message_json("ok")),
+                    lambda r: Reply(message_json("ok")))
+    messages = transcript["messages"]
+    k = next(k for k in range(90, len(messages) + 1) if messages[k - 1]["role"] == "user")
+    response = httpx.post(
+        proxy.url + "/v1/messages",
+        content=orjson.dumps({"model": SONNET, "max_tokens": 100, "messages": messages[:k], "tools": transcript["tools"]}),
+        headers={"x-api-key": A_API_KEY, "x-session-id": "long-2"}, timeout=60,
+    )
+    assert response.status_code == 200 and response.headers["x-compaction-summary"] == "failed"
+    summary, client = _rows(proxy, loop_thread)
+    assert (summary["kind"], summary["status"], summary["usage"], summary["session"]) == ("summary", 502, None, "long-2")
+    assert client["summary"] == "failed"
+    totals = _admin(proxy, loop_thread, "/usage/summary").json()["totals"]
+    assert (totals["errors"], totals["summary_failures"]) == (1, 1)

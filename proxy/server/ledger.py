@@ -367,47 +367,63 @@ class ClientCall:
 # -- summary calls: every HTTP exchange of the summariser's client -------------------------------
 
 
-# The SDK's HTTP client (httpx's API; typed loosely: the SDK chooses the package).
-async def _on_request(request: Any) -> None:
-    request.extensions["context_proxy_ledger"] = (time.perf_counter(), now_ms())
-
-
-async def _on_response(response: Any) -> None:
-    context = CALL_CONTEXT.get()
-    request = response.request
-    mark = request.extensions.get("context_proxy_ledger")
-    if context is None or context.recorder is None or mark is None:
-        return
-    started, at = mark
-    model = ""
-    with contextlib.suppress(orjson.JSONDecodeError, TypeError, AttributeError):
+def _sent_model(request: Any) -> str:
+    try:
         sent = orjson.loads(request.content)
-        model = sent.get("model") if isinstance(sent.get("model"), str) else ""
-    usage = None
-    if response.status_code == 200:
+    except (orjson.JSONDecodeError, TypeError, AttributeError):
+        return ""
+    model = sent.get("model") if isinstance(sent, dict) else None
+    return model if isinstance(model, str) else ""
+
+
+def _answer_usage(response: Any, streamed: bool) -> dict[str, Any] | None:
+    if response.status_code != 200 or streamed:
+        return None
+    try:
+        body = orjson.loads(response.content)
+    except (orjson.JSONDecodeError, TypeError, AttributeError):
+        return None
+    usage = body.get("usage") if isinstance(body, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
+class _SummaryHttpClient(anthropic.DefaultAsyncHttpxClient):
+    """The SDK's default HTTP client; each exchange in a :data:`CALL_CONTEXT` is a ledger row
+    (``kind: summary``): its status and usage, or 502/504 when no answer came (connection
+    failure, timeout). The SDK's retries are exchanges of their own, so each is a row."""
+
+    async def send(self, request: Any, **kwargs: Any) -> Any:
+        context = CALL_CONTEXT.get()
+        if context is None or context.recorder is None:
+            return await super().send(request, **kwargs)
+        at = now_ms()
+        started = time.perf_counter()
+        status, usage, request_id = 0, None, None
         try:
-            body = orjson.loads(await response.aread())
-        except Exception:  # the SDK reports a body it cannot read; recording must not fail
-            body = None
-        if isinstance(body, dict) and isinstance(body.get("usage"), dict):
-            usage = body["usage"]
-    record_upstream_call(
-        context.recorder,
-        tenant=context.tenant,
-        session=context.session,
-        model=model,
-        kind="summary",
-        route="summary",
-        status=response.status_code,
-        latency_ms=(time.perf_counter() - started) * 1000,
-        usage=usage,
-        request_id=response.headers.get("request-id"),
-        started=at,
-    )
+            response = await super().send(request, **kwargs)
+            status, request_id = response.status_code, response.headers.get("request-id")
+            usage = _answer_usage(response, bool(kwargs.get("stream")))
+            return response
+        except Exception as exc:  # no answer: recorded as the proxy reports it, then re-raised
+            status = 504 if "Timeout" in type(exc).__name__ else 502
+            raise
+        finally:
+            if status:
+                record_upstream_call(
+                    context.recorder,
+                    tenant=context.tenant,
+                    session=context.session,
+                    model=_sent_model(request),
+                    kind="summary",
+                    route="summary",
+                    status=status,
+                    latency_ms=(time.perf_counter() - started) * 1000,
+                    usage=usage,
+                    request_id=request_id,
+                    started=at,
+                )
 
 
 def summary_http_client() -> Any:
     """The summariser's HTTP client (the SDK's defaults), recording every exchange."""
-    return anthropic.DefaultAsyncHttpxClient(
-        event_hooks={"request": [_on_request], "response": [_on_response]}
-    )
+    return _SummaryHttpClient()
