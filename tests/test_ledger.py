@@ -469,3 +469,16 @@ def test_a_summary_call_without_an_answer_is_a_502_row(
     assert client["summary"] == "failed"
     totals = _admin(proxy, loop_thread, "/usage/summary").json()["totals"]
     assert (totals["errors"], totals["summary_failures"]) == (1, 1)
+
+
+def test_any_model_field_the_client_sends_is_a_storable_row(
+    upstream: FakeUpstream, keyed: ProxyServer, loop_thread: LoopThread
+) -> None:
+    client = _client(keyed)
+    for model in ("m" * 5000, "nul\u0000model", "tab\tmodel"):
+        client.messages.create(model=model, max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert [r["model"] for r in _rows(keyed, loop_thread)] == ["m" * 200, "(unprintable)", "(unprintable)"]
+    series = keyed.app[METRICS].registry.get_sample_value(
+        "context_proxy_ledger_rows_total", {"outcome": "dropped"}
+    )
+    assert not series

@@ -35,6 +35,7 @@ from proxy.core.durable import InvalidWrite
 from proxy.core.ledger import Kind, LedgerEntry, Price, PriceTable, usage_from
 from proxy.server.metrics import Metrics
 from proxy.store.base import Store, StoreError
+from proxy.store.usage import check_entry
 
 __all__ = [
     "CALL_CONTEXT",
@@ -51,6 +52,7 @@ __all__ = [
 log = logging.getLogger("context_proxy.ledger")
 
 MAX_METRIC_MODELS = 50
+MAX_MODEL_CHARS = 200
 _MODEL_LABEL = re.compile(r"[A-Za-z0-9._:@/\-]{1,100}")
 RETRIES = 2
 PRUNE_EVERY_SECONDS = 3600.0
@@ -130,6 +132,11 @@ class LedgerRecorder:
     def record(self, entry: LedgerEntry) -> None:
         if not self.config.enabled:
             return
+        problems = check_entry(entry)
+        if problems:  # the edge builds entries: a bug, never the client's doing
+            log.warning("[ledger] row not recorded: %s", ", ".join(p.field for p in problems))
+            self.metrics.ledger_rows.labels("dropped").inc()
+            return
         self._count_tokens(entry)
         try:
             self._queue.put_nowait(entry)
@@ -194,18 +201,8 @@ class LedgerRecorder:
         for attempt in range(RETRIES + 1):
             try:
                 await self.store.record_usage(batch)
-            except InvalidWrite as exc:
-                # A bad row (should not happen: the edge builds them) must not sink the others.
-                bad = {int(e.field.split("[", 1)[1].split("]", 1)[0]) for e in exc.errors
-                       if e.field.startswith("entries[")}  # fmt: skip
-                log.warning("[ledger] %d invalid rows dropped", len(bad) or len(batch))
-                self.metrics.ledger_rows.labels("dropped").inc(len(bad) or len(batch))
-                batch = [e for i, e in enumerate(batch) if i not in bad] if bad else []
-                if not batch:
-                    return
-                continue
-            except StoreError as exc:
-                if attempt < RETRIES:
+            except (StoreError, InvalidWrite) as exc:
+                if attempt < RETRIES and isinstance(exc, StoreError):
                     await asyncio.sleep(0.2 * 4**attempt)
                     continue
                 log.warning("[ledger] %d rows not written: %s", len(batch), type(exc).__name__)
@@ -255,6 +252,19 @@ class LedgerRecorder:
 LEDGER = web.AppKey("ledger", LedgerRecorder)
 
 
+def _model_text(model: str) -> str:
+    """The client's model field as stored: at most 200 characters of storable text (a model id
+    the provider refuses is still a row, with its 4xx)."""
+    model = model[:MAX_MODEL_CHARS]
+    if "\x00" in model or not model.isprintable():
+        return "(unprintable)"
+    try:
+        model.encode("utf-8")
+    except UnicodeEncodeError:
+        return "(unprintable)"
+    return model
+
+
 def record_upstream_call(
     recorder: LedgerRecorder | web.Application | None,
     *,
@@ -292,7 +302,7 @@ def record_upstream_call(
         at_ms=at_ms,
         tenant=tenant,
         session=session,
-        model=model,
+        model=_model_text(model),
         route=route,
         kind=kind,
         status=status,

@@ -36,6 +36,7 @@ __all__ = [
     "UsageGroup",
     "UsageQuery",
     "UsageRow",
+    "check_entry",
     "cutoff_ms",
 ]
 
@@ -215,8 +216,8 @@ def iso_of_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-def _check_entry(i: int, e: object) -> list[FieldError]:
-    name = f"entries[{i}]"
+def check_entry(e: object, name: str = "entry") -> list[FieldError]:
+    """What is wrong with a ledger entry (nothing: ``[]``); the store writes only good ones."""
     if not isinstance(e, LedgerEntry):
         return [FieldError(name, "expected a ledger entry")]
     errors: list[FieldError] = []
@@ -247,7 +248,7 @@ def _encodable(value: str) -> bool:
 
 
 def _params(entries: Sequence[LedgerEntry]) -> list[tuple[Any, ...]]:
-    errors = [err for i, e in enumerate(entries) for err in _check_entry(i, e)]
+    errors = [err for i, e in enumerate(entries) for err in check_entry(e, f"entries[{i}]")]
     if errors:
         raise InvalidWrite(errors)
     rows = []
