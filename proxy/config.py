@@ -154,6 +154,10 @@ def _non_negative(value: float) -> str | None:
     return None if value >= 0 else "a number >= 0"
 
 
+def _price_or_standard(value: float) -> str | None:
+    return None if value >= 0 or value == -1 else "a number >= 0 (or -1: the standard multiplier)"
+
+
 @dataclass(frozen=True, slots=True)
 class LedgerConfig:
     # One row per upstream call (usage, cost, compaction), written in the background.
@@ -175,9 +179,9 @@ class PriceConfig:
     # ``input`` (5m write 1.25x, 1h write 2x, read 0.1x) when left at -1.
     input: float = field(default=0.0, metadata=_check(_non_negative))
     output: float = field(default=0.0, metadata=_check(_non_negative))
-    cache_write_5m: float = -1.0
-    cache_write_1h: float = -1.0
-    cache_read: float = -1.0
+    cache_write_5m: float = field(default=-1.0, metadata=_check(_price_or_standard))
+    cache_write_1h: float = field(default=-1.0, metadata=_check(_price_or_standard))
+    cache_read: float = field(default=-1.0, metadata=_check(_price_or_standard))
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,13 +323,6 @@ def _cross_checks(config: Config, errors: list[str]) -> None:
     for i, price in enumerate(config.prices):
         if not price.model:
             errors.append(f"key 'prices[{i}].model': expected a model id or glob")
-        for name in ("cache_write_5m", "cache_write_1h", "cache_read"):
-            value = getattr(price, name)
-            if value < 0 and value != -1:
-                errors.append(
-                    f"key 'prices[{i}].{name}': expected a number >= 0 (or -1: the standard"
-                    f" multiplier), got {value}"
-                )
 
 
 def parse_config(data: Any, source: str = "<config>") -> Config:

@@ -21,12 +21,12 @@ import pytest
 
 from proxy.core.ledger import PriceTable, cost_of, row_sums, usage_from
 from proxy.server.appkeys import METRICS, STORE
-from proxy.server.ledger import LEDGER
+from proxy.server.ledger import LEDGER, record_upstream_call
 from proxy.store.usage import UsageQuery
 from tests.harness import LoopThread, ProxyServer
 from tests.pg_server import fresh_schema
 from tests.test_admin import A_API_KEY, A_TOKEN, B_API_KEY, B_TOKEN, _write_policies
-from tests.upstream import FakeUpstream, RecordedRequest, Reply, Stream, frame, message_json
+from tests.upstream import FakeUpstream, RecordedRequest, Reply, Reset, Stream, frame, message_json
 
 SONNET = "claude-sonnet-4-5"
 SUMMARY_MODEL = "claude-haiku-4-5"
@@ -319,3 +319,166 @@ def test_recording_does_not_delay_the_answer(upstream: FakeUpstream, keyed: Prox
         store.record_usage = original  # type: ignore[method-assign]
     rows = loop_thread.run(store.usage_rows("acme", UsageQuery(session="stall-1")))
     assert len(rows) == 3
+
+
+def test_retrieval_calls_recorded_through_record_upstream_call(keyed: ProxyServer, loop_thread: LoopThread) -> None:
+    """The function a proxy-made continuation (kind retrieval) calls; counted apart from client calls."""
+    usage = {"input_tokens": 700, "cache_read_input_tokens": 30000, "cache_creation_input_tokens": 0, "output_tokens": 60}
+
+    async def record() -> None:
+        record_upstream_call(keyed.app, tenant="acme", session="r-1", model=SONNET, kind="retrieval",
+                             route="retrieval", status=200, latency_ms=80.0, usage=usage, request_id="req_r1")
+
+    loop_thread.run(record())
+    (row,) = _rows(keyed, loop_thread, "?kind=retrieval")
+    assert (row["kind"], row["session"], row["provider_usage"]) == ("retrieval", "r-1", usage)
+    totals = _admin(keyed, loop_thread, "/usage/summary").json()["totals"]
+    assert (totals["retrieval_calls"], totals["client_calls"], totals["calls"]) == (1, 0, 1)
+
+
+def test_rows_past_the_retention_are_deleted(keyed: ProxyServer, loop_thread: LoopThread) -> None:
+    old_ms = int((time.time() - 200 * 86400) * 1000)  # retention_days defaults to 90
+    old = (time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(old_ms / 1000)), old_ms)
+
+    async def record() -> int:
+        for started, rid in ((old, "req_old"), (None, "req_new")):
+            record_upstream_call(keyed.app, tenant="acme", session="k-1", model=SONNET, kind="client",
+                                 status=200, latency_ms=1.0, usage=None, request_id=rid, started=started)
+        await keyed.app[LEDGER].flush()
+        return await keyed.app[LEDGER].prune()
+
+    assert loop_thread.run(record()) == 1
+    assert [r["request_id"] for r in _rows(keyed, loop_thread)] == ["req_new"]
+
+
+def test_a_full_queue_drops_rows_and_never_the_answer(
+    upstream: FakeUpstream, make_proxy: Any, tmp_path: Path, loop_thread: LoopThread
+) -> None:
+    proxy = make_proxy(auth={"mode": "keys"}, policies_dir=str(_write_policies(tmp_path)),
+                       ledger={"queue_size": 1, "batch_size": 1, "flush_seconds": 0.01})
+    store = proxy.app[STORE]
+    gate = asyncio.Event()
+    original = store.record_usage
+
+    async def stalled(*args: Any, **kwargs: Any) -> None:
+        await gate.wait()
+        await original(*args, **kwargs)
+
+    store.record_usage = stalled  # type: ignore[method-assign]
+    try:
+        client = _client(proxy)
+        for _ in range(4):
+            client.messages.create(model=SONNET, max_tokens=5, messages=[{"role": "user", "content": "x"}])
+        loop_thread.loop.call_soon_threadsafe(gate.set)
+        loop_thread.run(proxy.app[LEDGER].flush(), timeout=10)
+    finally:
+        store.record_usage = original  # type: ignore[method-assign]
+    registry = proxy.app[METRICS].registry
+    dropped = registry.get_sample_value("context_proxy_ledger_rows_total", {"outcome": "dropped"}) or 0
+    written = registry.get_sample_value("context_proxy_ledger_rows_total", {"outcome": "written"}) or 0
+    assert dropped >= 1 and written + dropped == 4
+    assert len(_rows(proxy, loop_thread)) == written
+
+
+def test_sessions_filter_sort_and_page(
+    upstream: FakeUpstream, keyed: ProxyServer, loop_thread: LoopThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def reply(input_tokens: int) -> Reply:
+        body = message_json("ok", model=SONNET)
+        body["usage"] = {"input_tokens": input_tokens, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 1}
+        return Reply(body)
+
+    error = Reply({"type": "error", "error": {"type": "api_error", "message": "boom"}}, status=500)
+    upstream.script(reply(1000), reply(5000), reply(3000), error)
+    for session in ("cheap", "dear", "middle", "middle"):
+        try:
+            _client(keyed, session=session).messages.create(model=SONNET, max_tokens=5, messages=[{"role": "user", "content": "x"}])
+        except anthropic.InternalServerError:
+            pass
+
+    def sessions(query: str) -> list[str]:
+        answer = _admin(keyed, loop_thread, "/usage/sessions" + query)
+        assert answer.status_code == 200, answer.text
+        return [s["session"] for s in answer.json()["sessions"]]
+
+    assert sessions("?sort=cost") == ["dear", "middle", "cheap"]
+    assert sessions("") == ["middle", "dear", "cheap"]  # most recent first
+    assert sessions("?status=error") == ["middle"]
+    assert sessions("?status=ok&sort=cost") == ["dear", "cheap"]
+    assert sessions("?sort=cost&limit=1&offset=1") == ["middle"]
+    middle = _admin(keyed, loop_thread, "/usage/sessions?status=error").json()["sessions"][0]
+    assert (middle["calls"], middle["errors"], middle["models"]) == (2, 1, [SONNET])
+    assert middle["cost_usd"]["total"] == pytest.approx(3000 * 3 / 1e6 + 15 / 1e6)
+    # an answer never holds part of a range: too many groups is a 400
+    monkeypatch.setattr("proxy.store.usage.MAX_GROUPS", 2)
+    monkeypatch.setattr("proxy.server.admin_usage.MAX_GROUPS", 2)
+    assert _admin(keyed, loop_thread, "/usage/sessions").status_code == 400
+
+
+def test_newest_first_paging(upstream: FakeUpstream, keyed: ProxyServer, loop_thread: LoopThread) -> None:
+    client = _client(keyed)
+    for i in range(5):
+        client.messages.create(model=SONNET, max_tokens=5, messages=[{"role": "user", "content": str(i)}])
+    ascending = [r["id"] for r in _rows(keyed, loop_thread)]
+    seen: list[int] = []
+    query = "?order=desc&limit=2"
+    while True:
+        page = _admin(keyed, loop_thread, "/usage" + query).json()
+        seen += [r["id"] for r in page["rows"]]
+        assert page["next_after"] is None
+        if page["next_before"] is None:
+            break
+        query = f"?order=desc&limit=2&before={page['next_before']}"
+    assert seen == ascending[::-1]
+    assert _admin(keyed, loop_thread, "/usage?order=desc&after=1").status_code == 400
+    assert _admin(keyed, loop_thread, "/usage?before=3").status_code == 400
+
+
+def test_a_stream_cut_by_the_upstream_is_recorded_with_what_arrived(
+    upstream: FakeUpstream, keyed: ProxyServer, loop_thread: LoopThread
+) -> None:
+    start = {"input_tokens": 50, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 800, "output_tokens": 1}
+    upstream.script(Stream(_usage_stream(start, [{"output_tokens": 40}]), cut_after=3))
+    with pytest.raises(anthropic.APIError):
+        with _client(keyed).messages.stream(model=SONNET, max_tokens=100, messages=[{"role": "user", "content": "go"}]) as s:
+            s.get_final_message()
+    (row,) = _rows(keyed, loop_thread)
+    assert row["status"] == 200  # the status the upstream sent; the body was cut after it
+    assert row["usage"]["cache_read_input_tokens"] == 800 and row["output_tokens"] == 1  # message_start's
+
+
+def test_a_summary_call_without_an_answer_is_a_502_row(
+    upstream: FakeUpstream, make_proxy: Any, tmp_path: Path, transcript: dict[str, Any], loop_thread: LoopThread
+) -> None:
+    proxy = make_proxy(
+        auth={"mode": "keys"}, policies_dir=str(_write_policies(tmp_path)), ledger={"flush_seconds": 0.01},
+        compaction={"threshold": 20_000, "hard_limit": 60_000, "summary": {"model": SUMMARY_MODEL, "max_retries": 0}},
+    )
+    upstream.script(lambda r: Reset() if r.json()["model"] == SUMMARY_MODEL else Reply(message_json("ok")),
+                    lambda r: Reply(message_json("ok")))
+    messages = transcript["messages"]
+    k = next(k for k in range(90, len(messages) + 1) if messages[k - 1]["role"] == "user")
+    response = httpx.post(
+        proxy.url + "/v1/messages",
+        content=orjson.dumps({"model": SONNET, "max_tokens": 100, "messages": messages[:k], "tools": transcript["tools"]}),
+        headers={"x-api-key": A_API_KEY, "x-session-id": "long-2"}, timeout=60,
+    )
+    assert response.status_code == 200 and response.headers["x-compaction-summary"] == "failed"
+    summary, client = _rows(proxy, loop_thread)
+    assert (summary["kind"], summary["status"], summary["usage"], summary["session"]) == ("summary", 502, None, "long-2")
+    assert client["summary"] == "failed"
+    totals = _admin(proxy, loop_thread, "/usage/summary").json()["totals"]
+    assert (totals["errors"], totals["summary_failures"]) == (1, 1)
+
+
+def test_any_model_field_the_client_sends_is_a_storable_row(
+    upstream: FakeUpstream, keyed: ProxyServer, loop_thread: LoopThread
+) -> None:
+    client = _client(keyed)
+    for model in ("m" * 5000, "nul\u0000model", "tab\tmodel"):
+        client.messages.create(model=model, max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert [r["model"] for r in _rows(keyed, loop_thread)] == ["m" * 200, "(unprintable)", "(unprintable)"]
+    series = keyed.app[METRICS].registry.get_sample_value(
+        "context_proxy_ledger_rows_total", {"outcome": "dropped"}
+    )
+    assert not series

@@ -10,7 +10,8 @@ One ledger row per upstream call keeps the provider's ``usage`` exactly as retur
   ``input`` = input_tokens x input price; ``cache_write`` = the 1h share
   (``cache_creation.ephemeral_1h_input_tokens``) x 1h write price plus the rest of
   ``cache_creation_input_tokens`` x 5m write price (5 minutes is the provider's default TTL, so
-  creation without a split is priced as 5m); ``cache_read`` = cache_read_input_tokens x read
+  creation without a split is priced as 5m; per call, ``max(0, creation - 1h share)`` is the 5m
+  part); ``cache_read`` = cache_read_input_tokens x read
   price; ``output`` = output_tokens x output price. A model without a price has no cost (``None``,
   never 0);
 * **compaction savings** = counterfactual cost - actual cost, where the counterfactual is the
@@ -175,9 +176,9 @@ class Price:
         """The provider's usual multipliers: 1.25x (5m write), 2x (1h write), 0.1x (read)."""
         return cls(
             input,
-            input * 1.25,
-            input * 2,
-            input * 0.1 if cache_read is None else cache_read,
+            round(input * 1.25, 9),
+            round(input * 2, 9),
+            round(input * 0.1, 9) if cache_read is None else cache_read,
             output,
         )
 
@@ -291,6 +292,8 @@ class Sums:
     summary_failures: int = 0
     removed_read: float = 0.0
     removed_uncached: float = 0.0
+    # cache creation priced at the 5m price: per row, max(0, creation - its 1h share)
+    priced_5m: int = 0
 
     def __add__(self, other: Sums) -> Sums:
         return Sums(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Sums)))
@@ -337,6 +340,7 @@ def row_sums(
         summary_failures=int(summary == "failed"),
         removed_read=removed_read,
         removed_uncached=removed_uncached,
+        priced_5m=max(0, (u.cache_creation_input_tokens or 0) - (u.cache_creation_1h or 0)),
     )
 
 
@@ -344,7 +348,7 @@ def cost_of(sums: Sums, price: Price) -> Cost:
     """The cost of ``sums`` (of one model) at ``price``. Creation beyond the reported 1h share is
     priced as 5m writes (the default TTL, and what a call without the split wrote)."""
     one_hour = sums.cache_creation_1h_input_tokens
-    five_min = max(0, sums.cache_creation_input_tokens - one_hour)
+    five_min = sums.priced_5m
     return Cost(
         input=sums.input_tokens * price.input / MILLION,
         cache_write=(five_min * price.cache_write_5m + one_hour * price.cache_write_1h) / MILLION,
@@ -377,7 +381,9 @@ class Totals:
         s = self.sums
         total = self.total_input_tokens
         out: dict[str, Any] = {
-            name: getattr(s, name) for name in SUM_FIELDS if not name.startswith("removed_")
+            name: getattr(s, name)
+            for name in SUM_FIELDS
+            if not name.startswith(("removed_", "priced_"))
         }
         out["total_input_tokens"] = total
         out["cache_hit_ratio"] = cache_hit_ratio(s.cache_read_input_tokens, total)

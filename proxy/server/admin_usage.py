@@ -4,7 +4,8 @@ Routes (every one scoped to the admin token's tenant; times are ISO 8601 with an
 inclusive, ``until`` exclusive)::
 
     GET /admin/v1/usage?since=&until=&session=&model=&kind=&after=&limit=
-        rows by increasing id; ``next_after`` is the cursor of the next page (null: last page)
+        rows by increasing id; ``next_after`` is the cursor of the next page (null: last page);
+        ``order=desc`` pages newest first with ``before=`` and ``next_before``
     GET /admin/v1/usage/summary?since=&until=&bucket=&session=&model=&kind=
         totals and a series of fixed-length buckets from ``since`` (empty buckets included);
         defaults: the last 24 hours, a bucket length giving at most 200 buckets
@@ -41,7 +42,14 @@ from proxy.core.pointers import is_valid_session_id
 from proxy.errors import InvalidRequest
 from proxy.server.appkeys import CONFIG, STORE
 from proxy.server.ledger import LEDGER, price_table
-from proxy.store.usage import MAX_USAGE_LIMIT, UsageGroup, UsageQuery, UsageRow, iso_of_ms
+from proxy.store.usage import (
+    MAX_GROUPS,
+    MAX_USAGE_LIMIT,
+    UsageGroup,
+    UsageQuery,
+    UsageRow,
+    iso_of_ms,
+)
 from proxy.tenants import Tenant
 
 __all__ = ["usage_routes"]
@@ -256,22 +264,40 @@ def sessions_json(
 # -- handlers ---------------------------------------------------------------------------------
 
 
+def _bounded(groups: Sequence[UsageGroup]) -> None:
+    if len(groups) > MAX_GROUPS:
+        raise InvalidRequest(
+            f"since: the range holds more than {MAX_GROUPS} groups (sessions or buckets x models);"
+            " narrow since/until or filter by model"
+        )
+
+
+
 async def get_usage(request: web.Request, tenant: Tenant) -> web.StreamResponse:
     base = _query(request)
+    descending = _choice(request, "order", ("asc", "desc"), "asc") == "desc"
     after = _int(request, "after", 0, 0, 10**18 - 1)
+    before = _int(request, "before", 0, 1, 10**18 - 1) if "before" in request.query else None
+    if descending and "after" in request.query:
+        raise InvalidRequest("after: pages of order=desc continue with before=")
+    if not descending and before is not None:
+        raise InvalidRequest("before: only with order=desc (order=asc pages with after=)")
     limit = _int(request, "limit", DEFAULT_LIMIT, 1, MAX_USAGE_LIMIT)
     query = UsageQuery(
-        base.since_ms, base.until_ms, base.session, base.model, base.kind, after, limit + 1
+        base.since_ms, base.until_ms, base.session, base.model, base.kind, after, limit + 1,
+        before, descending,
     )
     rows = await request.app[STORE].usage_rows(tenant.name, query)
     page = rows[:limit]
+    more = len(rows) > limit
     prices = _prices(request)
-    return _json(
-        {
-            "rows": [row_json(r, prices) for r in page],
-            "next_after": page[-1].id if len(rows) > limit else None,
-        }
-    )
+    answer: dict[str, Any] = {
+        "rows": [row_json(r, prices) for r in page],
+        "next_after": page[-1].id if more and not descending else None,
+    }
+    if descending:
+        answer["next_before"] = page[-1].id if more else None
+    return _json(answer)
 
 
 async def get_summary(request: web.Request, tenant: Tenant) -> web.StreamResponse:
@@ -294,6 +320,7 @@ async def get_summary(request: web.Request, tenant: Tenant) -> web.StreamRespons
         )
     query = UsageQuery(since_ms, until_ms, base.session, base.model, base.kind)
     groups = await request.app[STORE].usage_groups(tenant.name, query, "bucket", bucket_s * 1000)
+    _bounded(groups)
     return _json(summary_json(groups, _prices(request), since_ms, until_ms, bucket_s))
 
 
@@ -306,6 +333,7 @@ async def get_sessions(request: web.Request, tenant: Tenant) -> web.StreamRespon
     limit = _int(request, "limit", DEFAULT_SESSIONS_LIMIT, 1, MAX_SESSIONS_LIMIT)
     offset = _int(request, "offset", 0, 0, MAX_OFFSET)
     groups = await request.app[STORE].usage_groups(tenant.name, base, "session")
+    _bounded(groups)
     return _json(
         sessions_json(
             groups, _prices(request), status=status, sort=sort, limit=limit, offset=offset

@@ -35,6 +35,7 @@ from proxy.core.durable import InvalidWrite
 from proxy.core.ledger import Kind, LedgerEntry, Price, PriceTable, usage_from
 from proxy.server.metrics import Metrics
 from proxy.store.base import Store, StoreError
+from proxy.store.usage import check_entry
 
 __all__ = [
     "CALL_CONTEXT",
@@ -51,6 +52,7 @@ __all__ = [
 log = logging.getLogger("context_proxy.ledger")
 
 MAX_METRIC_MODELS = 50
+MAX_MODEL_CHARS = 200
 _MODEL_LABEL = re.compile(r"[A-Za-z0-9._:@/\-]{1,100}")
 RETRIES = 2
 PRUNE_EVERY_SECONDS = 3600.0
@@ -130,6 +132,11 @@ class LedgerRecorder:
     def record(self, entry: LedgerEntry) -> None:
         if not self.config.enabled:
             return
+        problems = check_entry(entry)
+        if problems:  # the edge builds entries: a bug, never the client's doing
+            log.warning("[ledger] row not recorded: %s", ", ".join(p.field for p in problems))
+            self.metrics.ledger_rows.labels("dropped").inc()
+            return
         self._count_tokens(entry)
         try:
             self._queue.put_nowait(entry)
@@ -194,18 +201,8 @@ class LedgerRecorder:
         for attempt in range(RETRIES + 1):
             try:
                 await self.store.record_usage(batch)
-            except InvalidWrite as exc:
-                # A bad row (should not happen: the edge builds them) must not sink the others.
-                bad = {int(e.field.split("[", 1)[1].split("]", 1)[0]) for e in exc.errors
-                       if e.field.startswith("entries[")}  # fmt: skip
-                log.warning("[ledger] %d invalid rows dropped", len(bad) or len(batch))
-                self.metrics.ledger_rows.labels("dropped").inc(len(bad) or len(batch))
-                batch = [e for i, e in enumerate(batch) if i not in bad] if bad else []
-                if not batch:
-                    return
-                continue
-            except StoreError as exc:
-                if attempt < RETRIES:
+            except (StoreError, InvalidWrite) as exc:
+                if attempt < RETRIES and isinstance(exc, StoreError):
                     await asyncio.sleep(0.2 * 4**attempt)
                     continue
                 log.warning("[ledger] %d rows not written: %s", len(batch), type(exc).__name__)
@@ -255,6 +252,19 @@ class LedgerRecorder:
 LEDGER = web.AppKey("ledger", LedgerRecorder)
 
 
+def _model_text(model: str) -> str:
+    """The client's model field as stored: at most 200 characters of storable text (a model id
+    the provider refuses is still a row, with its 4xx)."""
+    model = model[:MAX_MODEL_CHARS]
+    if "\x00" in model or not model.isprintable():
+        return "(unprintable)"
+    try:
+        model.encode("utf-8")
+    except UnicodeEncodeError:
+        return "(unprintable)"
+    return model
+
+
 def record_upstream_call(
     recorder: LedgerRecorder | web.Application | None,
     *,
@@ -292,7 +302,7 @@ def record_upstream_call(
         at_ms=at_ms,
         tenant=tenant,
         session=session,
-        model=model,
+        model=_model_text(model),
         route=route,
         kind=kind,
         status=status,
@@ -367,47 +377,63 @@ class ClientCall:
 # -- summary calls: every HTTP exchange of the summariser's client -------------------------------
 
 
-# The SDK's HTTP client (httpx's API; typed loosely: the SDK chooses the package).
-async def _on_request(request: Any) -> None:
-    request.extensions["context_proxy_ledger"] = (time.perf_counter(), now_ms())
-
-
-async def _on_response(response: Any) -> None:
-    context = CALL_CONTEXT.get()
-    request = response.request
-    mark = request.extensions.get("context_proxy_ledger")
-    if context is None or context.recorder is None or mark is None:
-        return
-    started, at = mark
-    model = ""
-    with contextlib.suppress(orjson.JSONDecodeError, TypeError, AttributeError):
+def _sent_model(request: Any) -> str:
+    try:
         sent = orjson.loads(request.content)
-        model = sent.get("model") if isinstance(sent.get("model"), str) else ""
-    usage = None
-    if response.status_code == 200:
+    except (orjson.JSONDecodeError, TypeError, AttributeError):
+        return ""
+    model = sent.get("model") if isinstance(sent, dict) else None
+    return model if isinstance(model, str) else ""
+
+
+def _answer_usage(response: Any, streamed: bool) -> dict[str, Any] | None:
+    if response.status_code != 200 or streamed:
+        return None
+    try:
+        body = orjson.loads(response.content)
+    except (orjson.JSONDecodeError, TypeError, AttributeError):
+        return None
+    usage = body.get("usage") if isinstance(body, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
+class _SummaryHttpClient(anthropic.DefaultAsyncHttpxClient):
+    """The SDK's default HTTP client; each exchange in a :data:`CALL_CONTEXT` is a ledger row
+    (``kind: summary``): its status and usage, or 502/504 when no answer came (connection
+    failure, timeout). The SDK's retries are exchanges of their own, so each is a row."""
+
+    async def send(self, request: Any, **kwargs: Any) -> Any:
+        context = CALL_CONTEXT.get()
+        if context is None or context.recorder is None:
+            return await super().send(request, **kwargs)
+        at = now_ms()
+        started = time.perf_counter()
+        status, usage, request_id = 0, None, None
         try:
-            body = orjson.loads(await response.aread())
-        except Exception:  # the SDK reports a body it cannot read; recording must not fail
-            body = None
-        if isinstance(body, dict) and isinstance(body.get("usage"), dict):
-            usage = body["usage"]
-    record_upstream_call(
-        context.recorder,
-        tenant=context.tenant,
-        session=context.session,
-        model=model,
-        kind="summary",
-        route="summary",
-        status=response.status_code,
-        latency_ms=(time.perf_counter() - started) * 1000,
-        usage=usage,
-        request_id=response.headers.get("request-id"),
-        started=at,
-    )
+            response = await super().send(request, **kwargs)
+            status, request_id = response.status_code, response.headers.get("request-id")
+            usage = _answer_usage(response, bool(kwargs.get("stream")))
+            return response
+        except Exception as exc:  # no answer: recorded as the proxy reports it, then re-raised
+            status = 504 if "Timeout" in type(exc).__name__ else 502
+            raise
+        finally:
+            if status:
+                record_upstream_call(
+                    context.recorder,
+                    tenant=context.tenant,
+                    session=context.session,
+                    model=_sent_model(request),
+                    kind="summary",
+                    route="summary",
+                    status=status,
+                    latency_ms=(time.perf_counter() - started) * 1000,
+                    usage=usage,
+                    request_id=request_id,
+                    started=at,
+                )
 
 
 def summary_http_client() -> Any:
     """The summariser's HTTP client (the SDK's defaults), recording every exchange."""
-    return anthropic.DefaultAsyncHttpxClient(
-        event_hooks={"request": [_on_request], "response": [_on_response]}
-    )
+    return _SummaryHttpClient()

@@ -296,7 +296,8 @@ class Store(Protocol):
         ...
 
     async def usage_rows(self, tenant: str, query: UsageQuery) -> tuple[UsageRow, ...]:
-        """The tenant's rows matching ``query``, by increasing id, at most ``query.limit``."""
+        """The tenant's rows matching ``query``, by id (increasing; decreasing with
+        ``query.descending``), at most ``query.limit``."""
         ...
 
     async def usage_groups(

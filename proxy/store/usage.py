@@ -36,6 +36,7 @@ __all__ = [
     "UsageGroup",
     "UsageQuery",
     "UsageRow",
+    "check_entry",
     "cutoff_ms",
 ]
 
@@ -43,7 +44,9 @@ T = TypeVar("T")
 
 USAGE_MIGRATION = (5, "usage ledger")
 MAX_USAGE_LIMIT = 1000
-MAX_GROUPS = 100_000  # rows of an aggregate answer (buckets x models, sessions x models)
+# rows of an aggregate answer (buckets x models, sessions x models); one more is returned when
+# there are more (the caller refuses the range rather than answer with part of it)
+MAX_GROUPS = 100_000
 DELETE_CHUNK = 5000
 _MAX_TEXT = 1000
 
@@ -151,6 +154,9 @@ _SUM_SQL: dict[str, str] = {
     "removed_uncached": f"COALESCE(SUM(CASE WHEN {_HAS_REMOVED} THEN {_REMOVED}"
     " * (COALESCE(input_tokens, 0) + COALESCE(cache_creation_input_tokens, 0))"
     " / tokens_after ELSE 0 END), 0)",
+    "priced_5m": "COALESCE(SUM(CASE WHEN COALESCE(cache_creation_input_tokens, 0)"
+    " > COALESCE(cache_creation_1h, 0) THEN COALESCE(cache_creation_input_tokens, 0)"
+    " - COALESCE(cache_creation_1h, 0) ELSE 0 END), 0)",
 }
 assert tuple(_SUM_SQL) == SUM_FIELDS
 _SUMS = ", ".join(_SUM_SQL.values())
@@ -167,6 +173,8 @@ class UsageQuery:
     kind: str | None = None
     after: int = 0
     limit: int = 100
+    before: int | None = None  # ``id < before`` (with ``descending``: paging newest first)
+    descending: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,8 +216,8 @@ def iso_of_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-def _check_entry(i: int, e: object) -> list[FieldError]:
-    name = f"entries[{i}]"
+def check_entry(e: object, name: str = "entry") -> list[FieldError]:
+    """What is wrong with a ledger entry (nothing: ``[]``); the store writes only good ones."""
     if not isinstance(e, LedgerEntry):
         return [FieldError(name, "expected a ledger entry")]
     errors: list[FieldError] = []
@@ -240,7 +248,7 @@ def _encodable(value: str) -> bool:
 
 
 def _params(entries: Sequence[LedgerEntry]) -> list[tuple[Any, ...]]:
-    errors = [err for i, e in enumerate(entries) for err in _check_entry(i, e)]
+    errors = [err for i, e in enumerate(entries) for err in check_entry(e, f"entries[{i}]")]
     if errors:
         raise InvalidWrite(errors)
     rows = []
@@ -316,7 +324,14 @@ def _where(tenant: str, q: UsageQuery) -> tuple[str, list[Any]]:
 def _rows_sql(tenant: str, q: UsageQuery) -> tuple[str, list[Any]]:
     where, params = _where(tenant, q)
     limit = max(1, min(q.limit, MAX_USAGE_LIMIT))
-    return f"{_SELECT} WHERE {where} AND id > ? ORDER BY id LIMIT ?", [*params, q.after, limit]
+    if q.before is not None:
+        where += " AND id < ?"
+        params.append(q.before)
+    order = "DESC" if q.descending else ""
+    return (
+        f"{_SELECT} WHERE {where} AND id > ? ORDER BY id {order} LIMIT ?",
+        [*params, q.after, limit],
+    )
 
 
 def _groups_sql(
@@ -334,7 +349,7 @@ def _groups_sql(
         where += " AND session IS NOT NULL"
     sql = (
         f"SELECT {key} AS k, model, MIN(at_ms), MAX(at_ms), {_SUMS} FROM usage_ledger"
-        f" WHERE {where} GROUP BY k, model ORDER BY k, model LIMIT {MAX_GROUPS}"
+        f" WHERE {where} GROUP BY k, model ORDER BY k, model LIMIT {MAX_GROUPS + 1}"
     )
     return sql, [*key_params, *params]
 
