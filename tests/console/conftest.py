@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from proxy.server.appkeys import DURABLE
-from proxy.server.ledger import LEDGER
+from proxy.server.ledger import LEDGER, record_upstream_call
 from tests.console.browser import CHROMIUM_ARGS, chromium_path
 from tests.harness import LoopThread, ProxyServer, proxy_config
 from tests.upstream import FakeUpstream, Reply, Reset, message_json
@@ -218,6 +218,26 @@ def world(loop_thread: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> 
     url = loop_thread.run(proxy.start())
     try:
         compaction_id, pointer = _seed(url, upstream)
+        loop_thread.run(proxy.app[LEDGER].flush())
+
+        async def own_calls() -> None:
+            # What the proxy's own calls look like in the ledger (a summary, and a retrieval
+            # continuation as the retrieval splice records it), made while serving a turn.
+            for kind in ("summary", "retrieval"):
+                record_upstream_call(
+                    proxy.app, tenant="acme", session=A_LONG, model="claude-opus-4-1", kind=kind,  # type: ignore[arg-type]
+                    status=200, latency_ms=12.0,
+                    usage={"input_tokens": 40, "output_tokens": 5, "cache_creation_input_tokens": 0,
+                           "cache_read_input_tokens": 0},
+                )
+
+        loop_thread.run(own_calls())
+        with _client(url, A_KEY, A_LONG) as client:
+            client.messages.create(
+                model="claude-opus-4-1", max_tokens=16,
+                messages=[*_long_history(), {"role": "assistant", "content": "ok"},
+                          {"role": "user", "content": "one more turn"}],  # type: ignore[list-item]
+            )
         loop_thread.run(proxy.app[DURABLE].drain())
         loop_thread.run(proxy.app[LEDGER].flush())
         world = World(url, proxy, upstream, loop_thread, compaction_id, pointer, f"transcript:{A_SESSION}:1")

@@ -175,7 +175,9 @@ def test_overview_figures_and_chart_equal_the_ledger(watched: tuple[Page, Watche
     ).json()
     rows = page.request.get("/admin/v1/usage", params={"limit": 1000}).json()["rows"]
     totals = summary["totals"]
-    assert totals["calls"] == len(rows) == 5  # 3 answered, a 529 and a reset
+    # 4 answered, a 529 and a reset; a summary and a retrieval call
+    assert totals["calls"] == len(rows) == 8
+    assert (totals["client_calls"], totals["summary_calls"], totals["retrieval_calls"]) == (6, 1, 1)
     assert totals["cache_read_input_tokens"] == sum(r["cache_read_input_tokens"] or 0 for r in rows) == 2048
     assert totals["cache_creation_input_tokens"] == 2048 + 512
     cards = {
@@ -308,7 +310,7 @@ def test_removed_messages_and_transcript_pages(watched: tuple[Page, Watched]) ->
     (compaction,) = [
         r["compaction_id"]
         for r in page.request.get("/admin/v1/usage", params={"session": A_LONG}).json()["rows"]
-        if r["compaction_id"]
+        if r["compaction_id"] and r["plan"] == "new"
     ]
     article = page.get_by_role("article", name=f"Compaction {compaction}")
     expect(article).to_contain_text("Superseded file read removed: 2 messages")
@@ -322,13 +324,22 @@ def test_removed_messages_and_transcript_pages(watched: tuple[Page, Watched]) ->
     expect(source.get_by_label("Source content")).to_contain_text("tool_result for toolu_r1")
     expect(source.get_by_label("Source content")).to_contain_text("first read code")
 
+    # The proxy's own calls count on the turn they served.
+    turns = page.get_by_role("table", name="Turns").get_by_role("row")
+    expect(turns).to_have_count(3)
+    headers = page.get_by_role("table", name="Turns").get_by_role("columnheader").all_inner_texts()
+    columns = (headers.index("Summary calls"), headers.index("Retrievals"))
+    for n, expected in ((1, ["0", "0"]), (2, ["1", "1"])):
+        cells = turns.nth(n).locator("th, td").all_inner_texts()
+        assert [cells[c] for c in columns] == expected, cells
+
     transcript = page.get_by_role("region", name="Transcript")
     events = transcript.get_by_role("article")
     expect(events).to_have_count(20)
     expect(events.first).to_have_attribute("data-seq", "1")
     transcript.get_by_role("button", name="Next events").click()
     expect(events.first).to_have_attribute("data-seq", "21")
-    expect(events).to_have_count(8)
+    expect(events).to_have_count(10)  # 28 events, then "ok" is the answer, and "one more turn"
     expect(events.last).to_contain_text("assistant · answer")
     expect(transcript.get_by_role("button", name="Next events")).to_have_count(0)
     transcript.get_by_role("button", name="Previous events").click()

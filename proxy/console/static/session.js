@@ -85,17 +85,27 @@ function timeline(rows) {
     }));
 }
 
-function turns(rows) {
-  const byRequest = new Map();
-  for (const r of rows) {
-    if (r.kind === "client" || !r.request_id) continue;
-    const entry = byRequest.get(r.request_id) || { summary: 0, retrieval: 0 };
-    entry[r.kind] = (entry[r.kind] || 0) + 1;
-    byRequest.set(r.request_id, entry);
+// The proxy's own calls (summaries, retrieval continuations) are made while it serves a client
+// call, whose row is written when that call ends: each belongs to the next client row (by id).
+function ownCalls(rows) {
+  const out = new Map();
+  let pending = { summary: 0, retrieval: 0 };
+  for (const r of [...rows].sort((a, b) => a.id - b.id)) {
+    if (r.kind === "client") {
+      out.set(r.id, pending);
+      pending = { summary: 0, retrieval: 0 };
+    } else {
+      pending[r.kind] = (pending[r.kind] || 0) + 1;
+    }
   }
+  return out;
+}
+
+function turns(rows) {
+  const byTurn = ownCalls(rows);
   const client = rows.filter((r) => r.kind === "client");
   const body = client.map((r, i) => {
-    const extra = byRequest.get(r.request_id) || { summary: 0, retrieval: 0 };
+    const extra = byTurn.get(r.id) || { summary: 0, retrieval: 0 };
     return h("tr", { "data-turn": i + 1 },
       h("th", { scope: "row" }, String(i + 1)),
       h("td", {}, fmtTime(r.at)),
@@ -106,6 +116,7 @@ function turns(rows) {
       h("td", {}, Array.isArray(r.layers) ? r.layers.join(", ") || "none" : String(r.layers || "none")),
       h("td", {}, r.plan || "none"),
       h("td", {}, r.summary || "–"),
+      h("td", { class: "num" }, fmtInt(extra.summary)),
       h("td", { class: "num" }, fmtInt(extra.retrieval)),
       h("td", { class: "num" }, fmtInt(r.usage ? r.usage.cache_read_input_tokens : null)),
       h("td", { class: "num" }, fmtInt(r.usage ? r.usage.cache_creation_input_tokens : null)),
@@ -115,7 +126,7 @@ function turns(rows) {
   return section("Turns", h("table", {},
     h("caption", { class: "visually-hidden" }, "Turns"),
     h("thead", {}, h("tr", {}, ["Turn", "Time", "Model", "Status", "Tokens before", "Tokens after", "Layers",
-      "Plan", "Summary", "Retrievals", "Cache read", "Cache write", "Cost", "Compaction"].map((t) => h("th", { scope: "col" }, t)))),
+      "Plan", "Summary", "Summary calls", "Retrievals", "Cache read", "Cache write", "Cost", "Compaction"].map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, body)));
 }
 
