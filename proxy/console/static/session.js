@@ -123,11 +123,11 @@ function turns(rows) {
       h("td", { class: "num" }, fmtUsd(r.cost_usd ? r.cost_usd.total : null)),
       h("td", {}, r.compaction_id ? h("code", {}, r.compaction_id) : ""));
   });
-  return section("Turns", h("table", {},
+  return section("Turns", h("div", { class: "scroll" }, h("table", {},
     h("caption", { class: "visually-hidden" }, "Turns"),
     h("thead", {}, h("tr", {}, ["Turn", "Time", "Model", "Status", "Tokens before", "Tokens after", "Layers",
       "Plan", "Summary", "Summary calls", "Retrievals", "Cache read", "Cache write", "Cost", "Compaction"].map((t) => h("th", { scope: "col" }, t)))),
-    h("tbody", {}, body)));
+    h("tbody", {}, body))));
 }
 
 // --- compactions ----------------------------------------------------------------------------
