@@ -447,6 +447,8 @@ def write_proxy_config(tmp: Path, upstream_url: str, args: argparse.Namespace) -
     }
     if args.compaction == "off":
         cfg["compaction"] = {"enabled": False}
+    if args.ledger == "off":
+        cfg["ledger"] = {"enabled": False}
     path = tmp / "proxy.yaml"
     path.write_text(json.dumps(cfg, indent=2))  # JSON is YAML
     return path
@@ -944,6 +946,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="proxy logging.level (INFO = as shipped, with the access log)")
     p.add_argument("--compaction", choices=["default", "off"], default="default",
                    help="leave the proxy's compaction config at its defaults, or disable it")
+    p.add_argument("--ledger", choices=["on", "off"], default="on",
+                   help="the usage ledger as shipped (a row per upstream call), or disabled")
     p.add_argument("--profile-proxy", metavar="PATH",
                    help="run the proxy process under cProfile and write its stats to PATH (slows it down)")
     p.add_argument("--only", default="json_1k,json_500k,json_500k_compacted,sse_200,conc",
@@ -1010,7 +1014,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "n_1k": args.n_1k, "n_500k": args.n_500k, "n_sse": args.n_sse, "warmup": args.warmup,
                 "conc_streams": args.conc_streams, "conc_events": args.conc_events, "conc_pace": args.conc_pace,
                 "proxy_log_level": args.proxy_log_level, "compaction": args.compaction,
-                "rlimit_nofile": nofile,
+                "ledger": args.ledger, "rlimit_nofile": nofile,
             },
             "targets_added_p50_ms": TARGET_ADDED_P50_MS,
             "reference_floor_p50_ms": REFERENCE_FLOOR_P50_MS,

@@ -301,6 +301,44 @@ class RetentionConfig:
     usage_ledger: KindRetention = KindRetention(0.0, 0)
 
 
+def _price_or_standard(value: float) -> str | None:
+    return None if value >= 0 or value == -1 else "a number >= 0 (or -1: the standard multiplier)"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerConfig:
+    # One row per upstream call (usage, cost, compaction), written in the background.
+    enabled: bool = True
+    # Rows older than this are deleted (checked hourly); 0 keeps them for ever.
+    retention_days: float = field(default=90.0, metadata=_check(_non_negative))
+    # Rows waiting for the store; beyond it new rows are dropped (and counted), never waited on.
+    queue_size: int = field(default=10_000, metadata=_check(_positive))
+    batch_size: int = field(default=500, metadata=_check(_positive))
+    # A batch is written when it is full or this long after its first row.
+    flush_seconds: float = field(default=0.5, metadata=_check(_positive))
+
+
+@dataclass(frozen=True, slots=True)
+class PriceConfig:
+    # A model id or glob (fnmatch: claude-opus-4-5*); first match wins, before the built-ins.
+    model: str = ""
+    # USD per million tokens. The cache prices default to the provider's multipliers of
+    # ``input`` (5m write 1.25x, 1h write 2x, read 0.1x) when left at -1.
+    input: float = field(default=0.0, metadata=_check(_non_negative))
+    output: float = field(default=0.0, metadata=_check(_non_negative))
+    cache_write_5m: float = field(default=-1.0, metadata=_check(_price_or_standard))
+    cache_write_1h: float = field(default=-1.0, metadata=_check(_price_or_standard))
+    cache_read: float = field(default=-1.0, metadata=_check(_price_or_standard))
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleConfig:
+    # The operator console at /console/ (read-only; signed in with an admin token).
+    enabled: bool = True
+    # A console sign-in lasts this long (absolute, not sliding); sign-out ends it at once.
+    session_ttl_seconds: int = field(default=8 * 3600, metadata=_check(_positive))
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     listen: ListenConfig = ListenConfig()
@@ -315,6 +353,9 @@ class Config:
     logging: LoggingConfig = LoggingConfig()
     models: tuple[ModelConfig, ...] = ()
     retention: RetentionConfig = RetentionConfig()
+    ledger: LedgerConfig = LedgerConfig()
+    prices: tuple[PriceConfig, ...] = ()
+    console: ConsoleConfig = ConsoleConfig()
 
     @property
     def store_url(self) -> str:
@@ -455,6 +496,9 @@ def _cross_checks(config: Config, errors: list[str]) -> None:
     for i, model in enumerate(config.models):
         if not model.match.strip():  # an entry that left ``match`` out
             errors.append(f"key 'models[{i}].match': expected a non-empty glob on the model name")
+    for i, price in enumerate(config.prices):
+        if not price.model:
+            errors.append(f"key 'prices[{i}].model': expected a model id or glob")
 
 
 def parse_config(data: Any, source: str = "<config>") -> Config:

@@ -1144,4 +1144,4 @@ def test_the_openapi_file_lists_exactly_the_mounted_routes() -> None:
         path = info.get("path") or info.get("formatter", "")
         path = path.replace("{kind:facts|pending|evidence}", "{kind}").replace("{item_id}", "{id}")
         mounted.add((route.method, path))
-    assert documented == mounted and len(mounted) == 13
+    assert documented == mounted and len(mounted) == 18

@@ -18,6 +18,8 @@ Another tenant's session, item or manifest is indistinguishable from a missing o
     GET   /admin/v1/sessions/{session}/transcript?after=&limit= recorded events, paged by seq
     GET   /admin/v1/manifests/{compaction_id}                   a manifest, by ``x-compaction-id``
     GET   /admin/v1/audit?session=&status=&since=&until=&after=&limit=   source checks (admin_audit)
+    GET   /admin/v1/sessions/{session}/source?pointer=          a pointer's status and content
+    GET   /admin/v1/usage[/summary|/sessions|/prices]           the usage ledger (admin_usage)
 
 Writes go through ``Store.write_changes`` only, in the JSON change format of
 :mod:`proxy.core.durable`; the item routes build one change each. Order of checks: token (401),
@@ -54,6 +56,7 @@ from urllib.parse import quote
 import orjson
 from aiohttp import web
 
+from proxy.console.auth import console_tenant
 from proxy.core.durable import (
     KINDS,
     Change,
@@ -87,6 +90,8 @@ from proxy.errors import (
     new_request_id,
 )
 from proxy.server.admin_audit import get_audit
+from proxy.server.admin_source import get_source
+from proxy.server.admin_usage import usage_routes
 from proxy.server.appkeys import ADMIN_REQUEST_ID, RESOLVER, SOURCE_CHECKS, STORE, TENANCY
 from proxy.server.forward import read_limited
 from proxy.sources.checks import SourceChecks
@@ -167,6 +172,11 @@ def _error_response(exc: ProxyError, request_id: str) -> web.Response:
 
 
 def _authenticate(request: web.Request) -> Tenant:
+    if request.method in ("GET", "HEAD") and "Authorization" not in request.headers:
+        # The console's pages read with their sign-in cookie (GET only: it never writes).
+        signed_in = console_tenant(request)
+        if signed_in is not None:
+            return signed_in
     scheme, _, token = request.headers.get("Authorization", "").strip().partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
@@ -687,6 +697,9 @@ def add_admin_routes(app: web.Application) -> None:
     r.add_post(one + "/retire", _admin(retire_item), name="admin_item_retire")
     r.add_get(PREFIX + "/manifests/{compaction_id}", _admin(get_manifest), name="admin_manifest")
     r.add_get(PREFIX + "/audit", _admin(get_audit), name="admin_audit")
+    r.add_get(session + "/source", _admin(get_source), name="admin_source")
+    for path, handler, name in usage_routes():  # the usage ledger: proxy.server.admin_usage
+        r.add_get(PREFIX + path, _admin(handler), name=name)
     r.add_route("*", PREFIX + "/{tail:.*}", _admin(not_found), name="admin_other")
     app.cleanup_ctx.append(_source_checks)
 

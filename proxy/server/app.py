@@ -18,6 +18,7 @@ from multidict import CIMultiDict
 
 from proxy.compaction_policy import model_windows
 from proxy.config import Config
+from proxy.console.routes import add_console_routes
 from proxy.core.nesting import MAX_DEPTH, nesting_violation
 from proxy.core.protocol import scan_messages
 from proxy.core.reparse import BodyMemo, Parsed
@@ -60,6 +61,7 @@ from proxy.server.forward import (
     read_limited,
     request_headers_for_upstream,
 )
+from proxy.server.ledger import LEDGER, ClientCall, LedgerRecorder, calls_for
 from proxy.server.metrics import CONTENT_TYPE, new_metrics
 from proxy.server.retention import retention_ctx
 from proxy.server.retrieval import RetrievalLoop, transcript_naming
@@ -283,17 +285,20 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
         if session is not None
         else None
     )
-    prepared = await service.prepare(
-        request.headers,
-        body,
-        faithful,
-        tenant,
-        tenant_policy.compaction,
-        artifact_session=artifact_session,
-        upstream_headers=headers,
-        transcript=naming,
-        offer_retrieval=session is not None,
-    )
+    recorder = app.get(LEDGER)
+    # the calls the proxy makes for this request (summaries) are recorded as the tenant's
+    with calls_for(tenant, session, recorder):
+        prepared = await service.prepare(
+            request.headers,
+            body,
+            faithful,
+            tenant,
+            tenant_policy.compaction,
+            artifact_session=artifact_session,
+            upstream_headers=headers,
+            transcript=naming,
+            offer_retrieval=session is not None,
+        )
     extra_headers.update(prepared.headers)
     result = prepared.result
     if result is not None:
@@ -315,12 +320,14 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             settled=lambda: durable.settled(tenant, session),
         )
     before_upstream = time.perf_counter() - started
+    call = ClientCall(recorder if route == "messages" else None, tenant, session, body, prepared.headers)
     try:
         upstream = await forwarder.open(
             request, route=route, data=prepared.body, decode=True, headers=headers
         )
     except ProxyError as exc:  # 502/504: the compaction outcome is known, and reported
         exc.headers = {**extra_headers, **exc.headers}
+        call.record(exc.status, None, None)  # never reached the provider's answer: no usage
         raise
     async with upstream:
         sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
@@ -351,8 +358,17 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
                 if retrieval is not None:
                     message = retrieval.annotate(message)
                 durable.record_answer(turn, message, answer.stopped)
+            if upstream.status == 200:
+                tap.close()
+            # recorded even when the client went away mid-stream: the call was made (and billed)
+            request_id = upstream.headers.get("request-id")
+            if retrieval is not None and retrieval.continuations:
+                call.record_rounds(
+                    upstream.status, retrieval.round_usages(), retrieval.continuations, request_id
+                )
+            else:
+                call.record(upstream.status, tap.usage, request_id)
     if outcome.completed and outcome.status == 200 and (retrieval is None or not retrieval.rounds):
-        tap.close()
         service.observe(prepared.calibration_key, prepared.estimate, tap.input_tokens)
     return response
 
@@ -444,11 +460,14 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[DURABLE] = DurableContext(store, app[RESOLVER])
     app[SOURCE_CHECKS] = app[DURABLE].checks
     app[STATE].readiness_checks.append(store.ping)
+    app[LEDGER] = LedgerRecorder(store, app[METRICS], config)
+    app[LEDGER].start()
     try:
         yield
     finally:
         await app[DURABLE].drain()
         await app[DURABLE].checks.close()
+        await app[LEDGER].close()
         await store.close()
         await app[COMPACTION].close()
         await session.close()
@@ -480,4 +499,5 @@ def build_app(config: Config) -> web.Application:
     app.router.add_post("/v1/messages/count_tokens", handle_messages, name="count_tokens")
     app.router.add_route("*", "/v1/{tail:.*}", handle_passthrough, name="passthrough")
     add_admin_routes(app)
+    add_console_routes(app)
     return app

@@ -43,6 +43,7 @@ from proxy.core.durable import InvalidWrite
 from proxy.core.limits import Limits, ModelWindow, betas_of
 from proxy.core.tokens import Calibration, TokenCounter
 from proxy.errors import PromptTooLong
+from proxy.server.ledger import summary_http_client
 from proxy.server.metrics import Metrics
 from proxy.store import Store, StoreError
 
@@ -209,6 +210,7 @@ class CompactionService:
             api_key="unused-the-request-credentials-are-sent",
             max_retries=config.summary.max_retries,
             timeout=config.summary.timeout_seconds,
+            http_client=summary_http_client(),  # records each call in the usage ledger
         )
 
     async def warm_up(self) -> None:

@@ -34,6 +34,8 @@ class Metrics:
     calibration_samples: Counter
     open_connections: Gauge
     connections_closed: Counter
+    usage_tokens: Counter
+    ledger_rows: Counter
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
@@ -111,6 +113,20 @@ def new_metrics() -> Metrics:
             "Client connections the proxy closed, by reason: header_timeout, body_timeout, limit"
             " (limits.max_connections), bad_request (malformed HTTP).",
             ["reason"],
+            registry=registry,
+        ),
+        usage_tokens=Counter(
+            "context_proxy_usage_tokens",
+            "Tokens the provider reported for upstream calls, by tenant, model and type (input,"
+            " cache_read, cache_creation, output). Models beyond the first 50 seen, or with odd"
+            " names, are counted as model=\"other\".",
+            ["tenant", "model", "type"],
+            registry=registry,
+        ),
+        ledger_rows=Counter(
+            "context_proxy_ledger_rows",
+            "Usage ledger rows by outcome: queued, written, dropped (queue full or store failing).",
+            ["outcome"],
             registry=registry,
         ),
     )

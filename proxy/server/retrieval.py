@@ -32,6 +32,7 @@ import logging
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -166,6 +167,21 @@ def _shown(pointer: str) -> str:
 # --- the loop --------------------------------------------------------------------------------
 
 
+@dataclass(slots=True)
+class Continuation:
+    """One hidden round's upstream call, for the usage ledger: its status (0 until it answered;
+    502/504 when it could not be had), when it was sent and when its round ended."""
+
+    sent_at: float  # time.time(), the ledger's row time
+    sent: float  # time.perf_counter()
+    ended: float | None = None
+    status: int = 0
+
+    @property
+    def latency_ms(self) -> float:
+        return ((self.ended or time.perf_counter()) - self.sent) * 1000
+
+
 class _Failed(Exception):
     """A continuation could not be had: ``status``/``body`` from the provider, if it answered."""
 
@@ -219,6 +235,10 @@ class RetrievalLoop:
         self.settled = settled  # waits for the session's transcript to be written so far
         self.added: list[dict[str, Any]] = []  # the hidden turns, appended to the view
         self.records: list[dict[str, Any]] = []  # one per hidden round
+        # The hidden rounds' upstream calls and every round's own usage (round 0: the client's
+        # call), for the usage ledger: one row per upstream call.
+        self.continuations: list[Continuation] = []
+        self._usages: Callable[[], list[dict[str, Any]]] = list
 
     @property
     def rounds(self) -> int:
@@ -283,14 +303,22 @@ class RetrievalLoop:
     async def _continue(self, data: bytes) -> aiohttp.ClientResponse:
         headers = CIMultiDict(self.headers)
         headers.popall("Content-Encoding", None)
+        now = time.perf_counter()
+        if self.continuations:
+            self.continuations[-1].ended = now
+        call = Continuation(time.time(), now)
+        self.continuations.append(call)
         try:
             upstream = await self.forwarder.open(
                 self.request, route=self.route, data=data, decode=True, headers=headers
             )
         except UpstreamUnavailable as exc:
+            call.status = 502
             raise _Failed(502, b"", "api_error", exc.message) from None
         except UpstreamTimeout as exc:
+            call.status = 504
             raise _Failed(504, b"", "timeout_error", exc.message) from None
+        call.status = upstream.status
         if upstream.status != 200:
             async with upstream:
                 try:
@@ -300,6 +328,14 @@ class RetrievalLoop:
             kind, message = _error_of(body)
             raise _Failed(upstream.status, body, kind, message)
         return upstream
+
+    def round_usages(self) -> list[dict[str, Any]]:
+        """After :meth:`run`: each round's own usage as the provider reported it (message_start's
+        merged with the round's last message_delta), round 0 being the client's call; ``{}`` for
+        a round that reported none."""
+        if self.continuations and self.continuations[-1].ended is None:
+            self.continuations[-1].ended = time.perf_counter()
+        return self._usages()
 
     # -- running ----------------------------------------------------------------------------
 
@@ -379,6 +415,7 @@ class RetrievalLoop:
         current = first
         visible: list[Any] = []
         usages: list[dict[str, Any]] = []
+        self._usages = lambda: usages
         hid_ours = False
         while True:
             content = [b for b in current.get("content") or () if isinstance(b, dict)]
@@ -429,6 +466,7 @@ class RetrievalLoop:
         response = web.StreamResponse(status=200, headers=headers)
         outcome = RelayOutcome(status=200, completed=False, is_sse=True)
         splice = Splice()
+        self._usages = splice.round_usages
         request_id = upstream.headers.get("request-id") or new_request_id()
 
         async def write(data: bytes) -> None:

@@ -106,6 +106,10 @@ class Splice:
         self.round = Round(self.round.number + 1)
         return self.round
 
+    def round_usages(self) -> list[dict[str, Any]]:
+        """Each round's own usage so far (the current round's included)."""
+        return [*self.usages, self._round_usage(self.round)]
+
     @staticmethod
     def _round_usage(r: Round) -> dict[str, Any]:
         usage = dict(r.usage)

@@ -4,6 +4,10 @@ Sans-I/O and bounded: the tap sees the bytes the relay writes (whole SSE events,
 keeps at most ``limit`` bytes of a JSON body, and never delays the relay. The real input size is
 ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens`` (a count_tokens answer
 has only ``input_tokens``).
+
+``usage`` is the provider's whole ``usage`` object for the usage ledger: a JSON answer's, or a
+stream's ``message_start`` usage merged with each ``message_delta``'s (cumulative figures: the
+last non-null value of each field wins, so ``output_tokens`` is the final count).
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ from typing import Any
 
 import orjson
 
+from proxy.core.ledger import merge_usage
+
 _MESSAGE_START = b"event: message_start"
+_MESSAGE_DELTA = b"event: message_delta"
 
 
 def total_input_tokens(usage: Any) -> int | None:
@@ -31,7 +38,7 @@ def total_input_tokens(usage: Any) -> int | None:
 class UsageTap:
     """Feed it what the relay writes; ``input_tokens`` is the provider's figure, once known."""
 
-    __slots__ = ("_body", "_done", "_limit", "_sse", "input_tokens")
+    __slots__ = ("_body", "_done", "_limit", "_sse", "input_tokens", "usage")
 
     def __init__(self, *, sse: bool, limit: int = 4 * 1024 * 1024) -> None:
         self._sse = sse
@@ -39,12 +46,13 @@ class UsageTap:
         self._body: list[bytes] = []
         self._done = False
         self.input_tokens: int | None = None
+        self.usage: dict[str, Any] | None = None
 
     def feed(self, data: bytes) -> None:
-        if self._done:
-            return
         if self._sse:
             self._feed_events(data)
+            return
+        if self._done:
             return
         self._body.append(data)
         if sum(len(part) for part in self._body) > self._limit:
@@ -52,21 +60,24 @@ class UsageTap:
             self._body = []
 
     def _feed_events(self, data: bytes) -> None:
-        start = data.find(_MESSAGE_START)
-        if start < 0:
-            return
-        self._done = True  # message_start comes once, first
-        line_start = data.find(b"\ndata:", start)
-        if line_start < 0:
-            return
-        line_end = data.find(b"\n", line_start + 1)
-        payload = data[line_start + 6 : line_end if line_end >= 0 else len(data)]
-        try:
-            event = orjson.loads(payload)
-        except orjson.JSONDecodeError:
-            return
-        message = event.get("message") if isinstance(event, dict) else None
-        self.input_tokens = total_input_tokens(message.get("usage") if isinstance(message, dict) else None)
+        if not self._done:
+            start = data.find(_MESSAGE_START)
+            if start >= 0:
+                self._done = True  # message_start comes once, first
+                event = _event_data(data, start)
+                message = event.get("message") if isinstance(event, dict) else None
+                usage = message.get("usage") if isinstance(message, dict) else None
+                self.input_tokens = total_input_tokens(usage)
+                if isinstance(usage, dict):
+                    self.usage = merge_usage(self.usage, usage)
+        delta = data.find(_MESSAGE_DELTA)
+        while delta >= 0:
+            if delta == 0 or data[delta - 1] == 0x0A:  # a line of its own, not text in a data line
+                event = _event_data(data, delta)
+                usage = event.get("usage") if isinstance(event, dict) else None
+                if isinstance(usage, dict):
+                    self.usage = merge_usage(self.usage, usage)
+            delta = data.find(_MESSAGE_DELTA, delta + len(_MESSAGE_DELTA))
 
     def close(self) -> None:
         """At the end of a complete JSON body: parse it."""
@@ -83,5 +94,20 @@ class UsageTap:
             return
         if body.get("type") == "message":
             self.input_tokens = total_input_tokens(body.get("usage"))
+            if isinstance(body.get("usage"), dict):
+                self.usage = body["usage"]
         elif isinstance(body.get("input_tokens"), int) and "type" not in body:
             self.input_tokens = body["input_tokens"]
+
+
+def _event_data(data: bytes, at: int) -> Any:
+    """The JSON of the ``data:`` line of the event starting at ``at``; None if unreadable."""
+    line_start = data.find(b"\ndata:", at)
+    if line_start < 0:
+        return None
+    line_end = data.find(b"\n", line_start + 1)
+    payload = data[line_start + 6 : line_end if line_end >= 0 else len(data)]
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return None

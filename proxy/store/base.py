@@ -41,7 +41,11 @@ from proxy.core.durable import (
 from proxy.core.pointers import TranscriptPointer, format_pointer, is_valid_session_id
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
+    from proxy.core.ledger import LedgerEntry
     from proxy.store.transcript_keys import KeyedEvent, Recorded
+    from proxy.store.usage import UsageGroup, UsageQuery, UsageRow
 
 __all__ = [
     "DEFAULT_EVENT_LIMIT",
@@ -298,6 +302,33 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+    # -- the usage ledger (proxy.store.usage) -------------------------------------------------
+
+    async def record_usage(self, entries: Sequence[LedgerEntry]) -> None:
+        """Append ledger rows (of any tenants) at once; ``InvalidWrite`` naming bad entries."""
+        ...
+
+    async def usage_rows(self, tenant: str, query: UsageQuery) -> tuple[UsageRow, ...]:
+        """The tenant's rows matching ``query``, by id (increasing; decreasing with
+        ``query.descending``), at most ``query.limit``."""
+        ...
+
+    async def usage_groups(
+        self,
+        tenant: str,
+        query: UsageQuery,
+        by: Literal["bucket", "session"],
+        bucket_ms: int = 0,
+    ) -> tuple[UsageGroup, ...]:
+        """Sums per model and time bucket (from ``query.since_ms``) or per model and session."""
+        ...
+
+    async def delete_usage_before(
+        self, tenant: str | None, cutoff: datetime | str | float
+    ) -> int:
+        """Delete ledger rows older than ``cutoff`` (one tenant's, or all); return how many."""
+        ...
 
 
 # -- checks shared by backends (pure) ----------------------------------------------------------

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 from proxy.store import retention, source_schema, transcript_keys
 from proxy.store.base import StoreError
+from proxy.store.usage import SQLITE_STATEMENTS as USAGE_SQLITE
+from proxy.store.usage import USAGE_MIGRATION
 
 __all__ = ["MIGRATIONS", "Migration", "SchemaTooNew", "migrate"]
 
@@ -134,6 +136,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, transcript_keys.MIGRATION_NAME, transcript_keys.SQLITE_STATEMENTS),
     Migration(source_schema.VERSION, source_schema.MIGRATION_NAME, source_schema.SQLITE_STATEMENTS),
     Migration(7, retention.MIGRATION_NAME, retention.SQLITE_MIGRATION_STATEMENTS),
+    Migration(*USAGE_MIGRATION, USAGE_SQLITE),
 )
 
 

@@ -90,6 +90,8 @@ from proxy.store.transcript_keys import (
     pg_existing,
     pg_record,
 )
+from proxy.store.usage import PG_STATEMENTS as USAGE_PG
+from proxy.store.usage import USAGE_MIGRATION, PostgresUsage
 
 __all__ = [
     "PG_MIGRATIONS",
@@ -221,6 +223,7 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
     4: transcript_keys.PG_STATEMENTS,
     source_schema.VERSION: source_schema.PG_STATEMENTS,
     7: retention.PG_MIGRATION_STATEMENTS,
+    USAGE_MIGRATION[0]: USAGE_PG,
 }
 
 
@@ -401,7 +404,7 @@ async def _migrate(conn: Any, now: Callable[[], str]) -> list[int]:
     return applied
 
 
-class PostgresStore:
+class PostgresStore(PostgresUsage):
     """A :class:`proxy.store.base.Store` on a PostgreSQL database. Make one with :meth:`open`."""
 
     def __init__(self, pool: Any) -> None:

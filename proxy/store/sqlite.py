@@ -83,6 +83,7 @@ from proxy.store.transcript_keys import (
     sqlite_existing,
     sqlite_record,
 )
+from proxy.store.usage import SQLiteUsage
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "SQLiteStore"]
 
@@ -156,7 +157,7 @@ def _event_from_row(session: str, row: tuple[Any, ...]) -> RecordedEvent:
     return RecordedEvent(session, seq, event, prefix_count, prefix_hash)
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteUsage):
     """A :class:`proxy.store.base.Store` on one SQLite file. Make one with :meth:`open`."""
 
     def __init__(self, path: Path, busy_timeout_ms: int) -> None:

@@ -95,6 +95,7 @@ async def test_schema_migrations_table(pg_store: PostgresStore, pg_url: str) -> 
         "summaries",
         "transcript_events",
         "transcript_heads",
+        "usage_ledger",
     ]
 
 

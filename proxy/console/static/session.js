@@ -1,0 +1,320 @@
+// One session: timeline, turns, compactions with their manifests, durable state, transcript.
+import { admin, ApiError, enc, whoami } from "./api.js";
+import { chart } from "./chart.js";
+import { append, clear, fmtInt, fmtTime, fmtUsd, h, message } from "./dom.js";
+
+const MAX_ROWS = 5000;
+const MAX_MANIFESTS = 50;
+const TRANSCRIPT_PAGE = 20;
+
+function section(title, ...children) {
+  return h("section", { "aria-label": title }, h("h2", {}, title), ...children);
+}
+
+async function ledgerRows(session) {
+  const rows = [];
+  let after = null;
+  for (;;) {
+    const page = await admin("/usage", { session, after, limit: 500 });
+    rows.push(...page.rows);
+    if (page.next_after === null || page.next_after === undefined || rows.length >= MAX_ROWS) return rows;
+    after = page.next_after;
+  }
+}
+
+export async function sessionPage(view, id) {
+  document.title = "Session · context-proxy console";
+  const base = "/sessions/" + enc(id);
+  // Whether the session exists, from the tenant's own list (another tenant's session is simply
+  // not in it: the page is the same as for an id that names nothing).
+  const known = (await admin("/sessions")).sessions;
+  if (!known.includes(id)) {
+    document.title = "Session not found · context-proxy console";
+    view.append(h("h1", {}, "Session not found"),
+      message("error", "There is no session with this id in your tenant."));
+    return;
+  }
+  const state = await admin(base + "/state");
+  document.title = `Session ${id} · context-proxy console`;
+  view.append(h("h1", {}, "Session ", h("code", {}, id)));
+  const viewer = sourceViewer(base);
+
+  const rows = (await whoami()).ledger ? await ledgerRows(id) : null;
+  if (rows === null) {
+    view.append(message("notice",
+      "The usage ledger is not available on this proxy (no /admin/v1/usage): no timeline, turns or compactions."));
+  } else {
+    view.append(timeline(rows), turns(rows));
+    view.append(await compactions(base, rows, viewer));
+  }
+  view.append(await durable(base, state, viewer));
+  view.append(viewer.element);
+  view.append(await transcript(base));
+}
+
+// --- timeline and turns ---------------------------------------------------------------------
+
+function timeline(rows) {
+  const client = rows.filter((r) => r.kind === "client");
+  const labels = client.map((_, i) => String(i + 1));
+  const markers = [];
+  client.forEach((r, i) => {
+    if (r.compaction_id && r.plan === "new") markers.push({ index: i, label: `compaction ${r.compaction_id} at turn ${i + 1}` });
+  });
+  const u = (r, k) => (r.usage ? r.usage[k] || 0 : 0);
+  if (!client.length) return section("Timeline", message("notice", "No request of this session is in the usage ledger."));
+  return section("Timeline",
+    chart({
+      title: "Tokens before and after compaction per turn",
+      labels,
+      markers,
+      series: [
+        { key: "tokens_before", label: "tokens before", kind: "line", values: client.map((r) => r.tokens_before || 0) },
+        { key: "tokens_after", label: "tokens after", kind: "line", values: client.map((r) => r.tokens_after || 0) },
+      ],
+    }),
+    chart({
+      title: "Prompt cache reads and writes per turn",
+      labels,
+      markers,
+      series: [
+        { key: "cache_read_input_tokens", label: "cache read", kind: "bar", values: client.map((r) => u(r, "cache_read_input_tokens")) },
+        { key: "cache_creation_input_tokens", label: "cache write", kind: "bar", values: client.map((r) => u(r, "cache_creation_input_tokens")) },
+        { key: "input_tokens", label: "uncached input", kind: "bar", values: client.map((r) => u(r, "input_tokens")) },
+      ],
+    }));
+}
+
+// The proxy's own calls (summaries, retrieval continuations) are made while it serves a client
+// call, whose row is written when that call ends: each belongs to the next client row (by id).
+function ownCalls(rows) {
+  const out = new Map();
+  let pending = { summary: 0, retrieval: 0 };
+  for (const r of [...rows].sort((a, b) => a.id - b.id)) {
+    if (r.kind === "client") {
+      out.set(r.id, pending);
+      pending = { summary: 0, retrieval: 0 };
+    } else {
+      pending[r.kind] = (pending[r.kind] || 0) + 1;
+    }
+  }
+  return out;
+}
+
+function turns(rows) {
+  const byTurn = ownCalls(rows);
+  const client = rows.filter((r) => r.kind === "client");
+  const body = client.map((r, i) => {
+    const extra = byTurn.get(r.id) || { summary: 0, retrieval: 0 };
+    return h("tr", { "data-turn": i + 1 },
+      h("th", { scope: "row" }, String(i + 1)),
+      h("td", {}, fmtTime(r.at)),
+      h("td", {}, r.model || ""),
+      h("td", {}, String(r.status)),
+      h("td", { class: "num" }, fmtInt(r.tokens_before)),
+      h("td", { class: "num" }, fmtInt(r.tokens_after)),
+      h("td", {}, Array.isArray(r.layers) ? r.layers.join(", ") || "none" : String(r.layers || "none")),
+      h("td", {}, r.plan || "none"),
+      h("td", {}, r.summary || "–"),
+      h("td", { class: "num" }, fmtInt(extra.summary)),
+      h("td", { class: "num" }, fmtInt(extra.retrieval)),
+      h("td", { class: "num" }, fmtInt(r.usage ? r.usage.cache_read_input_tokens : null)),
+      h("td", { class: "num" }, fmtInt(r.usage ? r.usage.cache_creation_input_tokens : null)),
+      h("td", { class: "num" }, fmtUsd(r.cost_usd ? r.cost_usd.total : null)),
+      h("td", {}, r.compaction_id ? h("code", {}, r.compaction_id) : ""));
+  });
+  return section("Turns", h("div", { class: "scroll" }, h("table", {},
+    h("caption", { class: "visually-hidden" }, "Turns"),
+    h("thead", {}, h("tr", {}, ["Turn", "Time", "Model", "Status", "Tokens before", "Tokens after", "Layers",
+      "Plan", "Summary", "Summary calls", "Retrievals", "Cache read", "Cache write", "Cost", "Compaction"].map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, body))));
+}
+
+// --- compactions ----------------------------------------------------------------------------
+
+async function compactions(base, rows, viewer) {
+  const ids = [];
+  for (const r of rows) if (r.compaction_id && r.plan === "new" && !ids.includes(r.compaction_id)) ids.push(r.compaction_id);
+  const out = section("Compactions");
+  if (!ids.length) {
+    out.append(message("notice", "No compaction in this session."));
+    return out;
+  }
+  const session = decodeURIComponent(base.slice("/sessions/".length));
+  for (const cid of ids.slice(0, MAX_MANIFESTS)) {
+    let m;
+    try {
+      m = await admin("/manifests/" + enc(cid));
+    } catch (err) {
+      if (!(err instanceof ApiError && err.status === 404)) throw err;
+      out.append(h("article", { "aria-label": "Compaction " + cid }, h("h3", {}, "Compaction ", h("code", {}, cid)),
+        message("notice", "Its manifest is not stored.")));
+      continue;
+    }
+    const man = m.manifest || {};
+    const records = (man.records || []).map((rec) => {
+      if (rec.kind === "truncated") {
+        return h("li", {},
+          `Tool result ${rec.tool_use_id} (message ${rec.message_index}) cut from ${fmtInt(rec.tokens_before)} to ${fmtInt(rec.tokens_after)} tokens`,
+          rec.artifact_key ? [" — kept as ", h("code", {}, rec.artifact_key), " ", viewer.button("Show artifact", rec.artifact_key)] : " — not kept");
+      }
+      const indices = rec.message_indices || [];
+      return h("li", {},
+        `${rec.reason === "dedup" ? "Superseded file read removed" : "Old turns removed"}: ${indices.length} messages, ${fmtInt(rec.tokens)} tokens`,
+        (rec.tool_use_ids || []).length ? [" (tool calls ", (rec.tool_use_ids || []).join(", "), ")"] : "",
+        indices.length ? h("ul", { class: "inline" }, indices.slice(0, 50).map((i) =>
+          h("li", {}, viewer.button(`Show message ${i}`, `transcript:${session}:${i + 1}`)))) : "");
+    });
+    out.append(h("article", { "aria-label": "Compaction " + cid },
+      h("h3", {}, "Compaction ", h("code", {}, cid)),
+      h("p", {}, `Stored ${fmtTime(m.stored_at)} · ${fmtInt(man.tokens_before)} → ${fmtInt(man.tokens_after)} tokens · layers ${(man.layers || []).join(", ") || "none"} · summary ${man.summary || "–"}`),
+      h("ul", {}, records)));
+  }
+  if (ids.length > MAX_MANIFESTS) out.append(message("notice", `${ids.length - MAX_MANIFESTS} more compactions not shown.`));
+  return out;
+}
+
+// --- durable state --------------------------------------------------------------------------
+
+async function durable(base, state, viewer) {
+  const preview = await admin(base + "/preview");
+  const status = new Map((preview.sources || []).map((s) => [s.pointer, s.status]));
+  const out = section("Durable state");
+  const counts = preview.counts || {};
+  out.append(h("p", { class: "detail", "data-figure": "source_counts" },
+    Object.entries(counts).map(([k, v]) => `${k} ${v}`).join(" · ")));
+  const row = (rec, text) => {
+    const item = rec.item;
+    const st = status.get(item.source) || "unknown";
+    return h("tr", { "data-item": rec.id },
+      h("th", { scope: "row" }, h("code", {}, rec.id)),
+      h("td", { class: "text" }, text),
+      h("td", {}, h("code", {}, item.source)),
+      h("td", {}, h("span", { class: "status " + st, "data-status": st }, st)),
+      h("td", {}, fmtTime(item.last_confirmed_at)),
+      h("td", {}, viewer.button("Show source", item.source)));
+  };
+  const tbl = (caption, recs, text) => h("table", {},
+    h("caption", {}, caption),
+    h("thead", {}, h("tr", {}, ["Id", "Content", "Source", "Source status", "Last confirmed", ""].map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, recs.length
+      ? recs.map((r) => row(r, text(r.item)))
+      : h("tr", {}, h("td", { colspan: 6, class: "detail" }, "None."))));
+  out.append(
+    tbl("Facts", state.facts, (i) => i.content),
+    tbl("Pending items", state.pending, (i) => `[${i.status}] ${i.content}`),
+    tbl("Evidence", state.evidence, (i) => `${i.title} (rank ${i.rank}, score ${i.score})`));
+  if (preview.block !== null && preview.block !== undefined) {
+    out.append(h("details", {}, h("summary", {}, "Injected block"), h("pre", {}, preview.block)));
+  }
+  return out;
+}
+
+// --- the source viewer ----------------------------------------------------------------------
+
+function sourceViewer(base) {
+  const body = h("div", {}, message("notice", "Choose a source, an artifact or a removed message to see it here."));
+  const element = h("section", { "aria-label": "Source", id: "source" }, h("h2", {}, "Source"), body);
+  async function show(pointer) {
+    clear(body).append(message("notice", "Loading " + pointer));
+    const data = await admin(base + "/source", { pointer });
+    append(clear(body), [
+      h("p", {}, h("code", {}, data.pointer), " ",
+        h("span", { class: "status " + data.status, "data-status": data.status }, data.status)),
+      data.evidence_sha256 ? h("p", { class: "detail" }, "SHA-256 " + data.evidence_sha256) : null,
+      data.content !== null && data.content !== undefined
+        ? sourceContent(data.content)
+        : message("notice", `This source is ${data.status}: nothing is shown.`),
+      data.truncated ? message("notice", "Only the beginning is shown.") : null]);
+    element.scrollIntoView({ block: "nearest" });
+  }
+  function button(label, pointer) {
+    const b = h("button", { type: "button", class: "link", "data-pointer": pointer }, label);
+    b.addEventListener("click", () => {
+      show(pointer).catch((err) => clear(body).append(message("error", "Could not load the source: " + err.message)));
+    });
+    return b;
+  }
+  return { element, button };
+}
+
+// A transcript record (one JSON line) is shown as its event; anything else as text.
+function sourceContent(text) {
+  let parsed = null;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    parsed = null;
+  }
+  if (parsed && typeof parsed === "object" && !Array.isArray(parsed) && "sequence" in parsed && "content" in parsed) {
+    return h("div", { role: "group", class: "source", "aria-label": "Source content" },
+      h("p", { class: "label" }, `transcript event #${parsed.sequence} · ${parsed.role} · ${parsed.type} · ${fmtTime(parsed.recorded_at)}`),
+      contentView(parsed.content));
+  }
+  return h("pre", { class: "source", "aria-label": "Source content" },
+    parsed !== null && typeof parsed === "object" ? JSON.stringify(parsed, null, 2) : text);
+}
+
+// --- transcript -----------------------------------------------------------------------------
+
+function blockView(block) {
+  if (typeof block === "string") return h("pre", {}, block);
+  if (!block || typeof block !== "object") return h("pre", {}, JSON.stringify(block));
+  switch (block.type) {
+    case "text":
+      return h("div", { class: "block text" }, h("pre", {}, String(block.text)));
+    case "thinking":
+      return h("details", { class: "block" }, h("summary", {}, "thinking"), h("pre", {}, String(block.thinking || "")));
+    case "tool_use":
+    case "server_tool_use":
+      return h("div", { class: "block tool" }, h("p", { class: "label" }, `${block.type} ${block.name || ""} (${block.id || ""})`),
+        h("pre", {}, JSON.stringify(block.input, null, 2)));
+    case "tool_result": {
+      const c = block.content;
+      return h("div", { class: "block tool" }, h("p", { class: "label" }, `tool_result for ${block.tool_use_id || ""}${block.is_error ? " (error)" : ""}`),
+        typeof c === "string" ? h("pre", {}, c) : Array.isArray(c) ? c.map(blockView) : h("pre", {}, JSON.stringify(c)));
+    }
+    default:
+      return h("div", { class: "block" }, h("p", { class: "label" }, String(block.type || "block")), h("pre", {}, JSON.stringify(block, null, 2)));
+  }
+}
+
+function contentView(content) {
+  if (content && typeof content === "object" && !Array.isArray(content) && "content" in content) {
+    content = content.content; // an answer: the message object
+  }
+  if (Array.isArray(content)) return content.map(blockView);
+  return blockView(content);
+}
+
+async function transcript(base) {
+  const out = section("Transcript");
+  const list = h("div", { class: "events" });
+  const pager = h("nav", { class: "pager", "aria-label": "Transcript pages" });
+  out.append(list, pager);
+  const stack = [];
+  const failed = (err) => clear(list).append(message("error", "Could not load the transcript: " + err.message));
+  async function load(after) {
+    const data = await admin(base + "/transcript", { after, limit: TRANSCRIPT_PAGE });
+    clear(list);
+    for (const e of data.events) {
+      list.append(h("article", { class: "event " + e.role, "data-seq": e.seq, "aria-label": `Event ${e.seq}` },
+        h("p", { class: "label" }, `#${e.seq} · ${e.role} · ${e.type}${e.complete ? "" : " (incomplete)"} · ${fmtTime(e.recorded_at)}`),
+        contentView(e.content)));
+    }
+    if (!data.events.length) list.append(message("notice", "Nothing recorded."));
+    clear(pager);
+    if (stack.length) {
+      const prev = h("button", { type: "button" }, "Previous events");
+      prev.addEventListener("click", () => { stack.pop(); load(stack.length ? stack[stack.length - 1] : 0).catch(failed); });
+      pager.append(prev, " ");
+    }
+    if (data.next_after !== null && data.next_after !== undefined) {
+      const next = h("button", { type: "button" }, "Next events");
+      next.addEventListener("click", () => { stack.push(data.next_after); load(data.next_after).catch(failed); });
+      pager.append(next);
+    }
+  }
+  await load(0);
+  return out;
+}

@@ -1,0 +1,471 @@
+"""The usage ledger's figures, each defined once (pure: no I/O, no clock).
+
+One ledger row per upstream call keeps the provider's ``usage`` exactly as returned
+(:class:`Usage`). Everything else is derived here, and only here:
+
+* **total input** = ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``
+  (what the model read; a missing figure counts as 0);
+* **cache hit ratio** = ``cache_read_input_tokens / total input`` (``None`` when total input is 0);
+* **cost** (USD) split four ways from a :class:`Price` (USD per million tokens):
+  ``input`` = input_tokens x input price; ``cache_write`` = the 1h share
+  (``cache_creation.ephemeral_1h_input_tokens``) x 1h write price plus the rest of
+  ``cache_creation_input_tokens`` x 5m write price (5 minutes is the provider's default TTL, so
+  creation without a split is priced as 5m; per call, ``max(0, creation - 1h share)`` is the 5m
+  part); ``cache_read`` = cache_read_input_tokens x read
+  price; ``output`` = output_tokens x output price. A model without a price has no cost (``None``,
+  never 0);
+* **compaction savings** = counterfactual cost - actual cost, where the counterfactual is the
+  same call with the uncompacted request, sent with the client's own caching. Model: the tokens
+  compaction removed, ``removed = (tokens_before - tokens_after) x total_input / tokens_after``
+  (the proxy's estimate scaled to the provider's count of what was actually sent), would have
+  been billed like the rest of the prompt the call sent: the call's cache hit ratio ``h`` of them
+  at the cache-read price, the rest at the input price. Everything else (the kept prompt, the
+  output) is the same in both worlds, so ``savings = removed x (h x read + (1 - h) x input)``.
+  Why: the removed part is old history the client re-sends every turn, in the same cached prefix
+  as what was kept, so the call's own hit ratio is the best evidence of how it would have been
+  billed. What it leaves out: a turn that makes a new plan rewrites the cache (its cache writes
+  are in the actual cost, its ``h`` is low), so savings on those turns are overstated by about
+  the removed tokens x (input - read) price; later turns that reuse the plan read the compacted
+  prefix from cache and are priced right. Calls without compaction figures save 0.
+
+The figures are linear in sums kept per model (:class:`Sums`), so the store aggregates in SQL
+and :func:`price_sums` prices the groups; :func:`row_figures` prices one row the same way.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+__all__ = [
+    "DEFAULT_PRICES",
+    "KINDS",
+    "Cost",
+    "LedgerEntry",
+    "Price",
+    "PriceTable",
+    "Sums",
+    "Totals",
+    "Usage",
+    "cache_hit_ratio",
+    "merge_usage",
+    "price_sums",
+    "row_sums",
+    "total_input",
+    "usage_from",
+]
+
+Kind = Literal["client", "summary", "retrieval"]
+KINDS: tuple[Kind, ...] = ("client", "summary", "retrieval")
+MILLION = 1_000_000
+
+_USAGE_KEYS = (
+    "input_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "output_tokens",
+)
+_SPLIT_KEYS = ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
+
+
+def _count(value: object) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """The provider's usage figures as returned; ``None`` where it reported nothing."""
+
+    input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    cache_creation_5m: int | None = None  # cache_creation.ephemeral_5m_input_tokens
+    cache_creation_1h: int | None = None  # cache_creation.ephemeral_1h_input_tokens
+    cache_read_input_tokens: int | None = None
+    output_tokens: int | None = None
+
+    @property
+    def has_split(self) -> bool:
+        return self.cache_creation_5m is not None or self.cache_creation_1h is not None
+
+    def to_json(self) -> dict[str, Any]:
+        """The API's ``usage`` object: the provider's field names."""
+        split = (
+            {
+                "ephemeral_5m_input_tokens": self.cache_creation_5m,
+                "ephemeral_1h_input_tokens": self.cache_creation_1h,
+            }
+            if self.has_split
+            else None
+        )
+        return {
+            "input_tokens": self.input_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "cache_creation": split,
+            "cache_read_input_tokens": self.cache_read_input_tokens,
+            "output_tokens": self.output_tokens,
+        }
+
+
+def merge_usage(base: Mapping[str, Any] | None, update: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A stream's usage: ``message_start``'s, then each ``message_delta``'s non-null figures
+    (they are cumulative: the last one wins). Returns a new dict; neither argument is changed."""
+    merged: dict[str, Any] = dict(base) if isinstance(base, Mapping) else {}
+    if isinstance(update, Mapping):
+        for key, value in update.items():
+            if value is None:
+                continue
+            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+                merged[key] = merge_usage(merged[key], value)
+            else:
+                merged[key] = value
+    return merged
+
+
+def usage_from(raw: object) -> Usage | None:
+    """The figures of a provider ``usage`` object; ``None`` when it is not one."""
+    if not isinstance(raw, Mapping):
+        return None
+    split = raw.get("cache_creation")
+    split = split if isinstance(split, Mapping) else {}
+    usage = Usage(
+        input_tokens=_count(raw.get("input_tokens")),
+        cache_creation_input_tokens=_count(raw.get("cache_creation_input_tokens")),
+        cache_creation_5m=_count(split.get(_SPLIT_KEYS[0])),
+        cache_creation_1h=_count(split.get(_SPLIT_KEYS[1])),
+        cache_read_input_tokens=_count(raw.get("cache_read_input_tokens")),
+        output_tokens=_count(raw.get("output_tokens")),
+    )
+    return None if usage == Usage() else usage
+
+
+def total_input(usage: Usage | None) -> int:
+    """input + cache read + cache creation (missing figures count as 0)."""
+    if usage is None:
+        return 0
+    return (
+        (usage.input_tokens or 0)
+        + (usage.cache_read_input_tokens or 0)
+        + (usage.cache_creation_input_tokens or 0)
+    )
+
+
+def cache_hit_ratio(cache_read: int | float, total: int | float) -> float | None:
+    """cache read / total input; ``None`` when nothing was read at all."""
+    return None if total <= 0 else cache_read / total
+
+
+# -- prices ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """USD per million tokens."""
+
+    input: float
+    cache_write_5m: float
+    cache_write_1h: float
+    cache_read: float
+    output: float
+
+    @classmethod
+    def standard(cls, input: float, output: float, cache_read: float | None = None) -> Price:
+        """The provider's usual multipliers: 1.25x (5m write), 2x (1h write), 0.1x (read)."""
+        return cls(
+            input,
+            round(input * 1.25, 9),
+            round(input * 2, 9),
+            round(input * 0.1, 9) if cache_read is None else cache_read,
+            output,
+        )
+
+
+# Built-in prices (USD per million tokens), from the provider's pricing page. First match wins;
+# the ``prices:`` of the configuration are consulted before these. Model ids are glob patterns
+# (``fnmatch``) matching aliases and dated snapshots alike.
+_OPUS_45 = Price.standard(5, 25)
+_OPUS_4 = Price.standard(15, 75)
+_SONNET_4 = Price.standard(3, 15)
+_FABLE_51 = Price(10, 12.5, 20, 0.25, 50)
+_FABLE_5 = Price(10, 12.5, 20, 1, 50)
+DEFAULT_PRICES: tuple[tuple[str, Price], ...] = (
+    ("claude-fable-5-1*", _FABLE_51),
+    ("claude-mythos-5-1*", _FABLE_51),
+    ("claude-fable-5", _FABLE_5),
+    ("claude-fable-5-2*", _FABLE_5),
+    ("claude-mythos-5", _FABLE_5),
+    ("claude-mythos-5-2*", _FABLE_5),
+    ("claude-opus-5", _OPUS_45),
+    ("claude-opus-5-2*", _OPUS_45),
+    ("claude-opus-4-[5-8]*", _OPUS_45),
+    ("claude-opus-4-1*", _OPUS_4),
+    ("claude-opus-4-0*", _OPUS_4),
+    ("claude-opus-4-2*", _OPUS_4),
+    ("claude-sonnet-4*", _SONNET_4),
+    ("claude-3-7-sonnet*", _SONNET_4),
+    ("claude-haiku-4-5*", Price.standard(1, 5)),
+    ("claude-3-5-haiku*", Price(0.8, 1, 1.6, 0.08, 4)),
+    ("claude-3-haiku*", Price(0.25, 0.30, 0.50, 0.03, 1.25)),
+    ("claude-3-opus*", _OPUS_4),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PriceTable:
+    """Model glob -> price, first match wins; configured entries come before the built-ins."""
+
+    entries: tuple[tuple[str, Price], ...] = DEFAULT_PRICES
+    _memo: dict[str, Price | None] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def with_overrides(cls, overrides: Iterable[tuple[str, Price]]) -> PriceTable:
+        return cls(tuple(overrides) + DEFAULT_PRICES)
+
+    def price(self, model: str) -> Price | None:
+        if model in self._memo:
+            return self._memo[model]
+        found = next(
+            (price for pattern, price in self.entries if fnmatch.fnmatchcase(model, pattern)),
+            None,
+        )
+        if len(self._memo) < 10_000:
+            self._memo[model] = found
+        return found
+
+
+# -- sums and what they cost ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    input: float = 0.0
+    cache_write: float = 0.0
+    cache_read: float = 0.0
+    output: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.input + self.cache_write + self.cache_read + self.output
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(
+            self.input + other.input,
+            self.cache_write + other.cache_write,
+            self.cache_read + other.cache_read,
+            self.output + other.output,
+        )
+
+    def to_json(self) -> dict[str, float]:
+        return {
+            "input": self.input,
+            "cache_write": self.cache_write,
+            "cache_read": self.cache_read,
+            "output": self.output,
+            "total": self.total,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Sums:
+    """Additive figures of a group of rows of one model (what the store sums in SQL).
+
+    ``removed_read`` / ``removed_uncached``: the tokens compaction removed, split by the call's
+    cache hit ratio (see the module docstring), summed."""
+
+    calls: int = 0
+    client_calls: int = 0
+    summary_calls: int = 0
+    retrieval_calls: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_creation_5m_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    output_tokens: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    compaction_events: int = 0
+    summary_failures: int = 0
+    removed_read: float = 0.0
+    removed_uncached: float = 0.0
+    # cache creation priced at the 5m price: per row, max(0, creation - its 1h share)
+    priced_5m: int = 0
+
+    def __add__(self, other: Sums) -> Sums:
+        return Sums(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Sums)))
+
+
+SUM_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Sums))
+
+
+def row_sums(
+    *,
+    kind: str,
+    status: int,
+    usage: Usage | None,
+    tokens_before: int | None,
+    tokens_after: int | None,
+    plan: str | None,
+    summary: str | None,
+    compaction_id: str | None,
+) -> Sums:
+    """One row's :class:`Sums` (the store's SQL computes the same, column by column)."""
+    u = usage or Usage()
+    total = total_input(usage)
+    read = u.cache_read_input_tokens or 0
+    removed_read = removed_uncached = 0.0
+    before, after = tokens_before or 0, tokens_after or 0
+    if usage is not None and after > 0 and before > after:
+        removed_read = (before - after) * read / after
+        removed_uncached = (before - after) * (total - read) / after
+    return Sums(
+        calls=1,
+        client_calls=int(kind == "client"),
+        summary_calls=int(kind == "summary"),
+        retrieval_calls=int(kind == "retrieval"),
+        errors=int(status >= 400),
+        input_tokens=u.input_tokens or 0,
+        cache_creation_input_tokens=u.cache_creation_input_tokens or 0,
+        cache_creation_5m_input_tokens=u.cache_creation_5m or 0,
+        cache_creation_1h_input_tokens=u.cache_creation_1h or 0,
+        cache_read_input_tokens=read,
+        output_tokens=u.output_tokens or 0,
+        tokens_before=before,
+        tokens_after=after,
+        compaction_events=int(plan == "new" and bool(compaction_id)),
+        summary_failures=int(summary == "failed"),
+        removed_read=removed_read,
+        removed_uncached=removed_uncached,
+        priced_5m=max(0, (u.cache_creation_input_tokens or 0) - (u.cache_creation_1h or 0)),
+    )
+
+
+def cost_of(sums: Sums, price: Price) -> Cost:
+    """The cost of ``sums`` (of one model) at ``price``. Creation beyond the reported 1h share is
+    priced as 5m writes (the default TTL, and what a call without the split wrote)."""
+    one_hour = sums.cache_creation_1h_input_tokens
+    five_min = sums.priced_5m
+    return Cost(
+        input=sums.input_tokens * price.input / MILLION,
+        cache_write=(five_min * price.cache_write_5m + one_hour * price.cache_write_1h) / MILLION,
+        cache_read=sums.cache_read_input_tokens * price.cache_read / MILLION,
+        output=sums.output_tokens * price.output / MILLION,
+    )
+
+
+def savings_of(sums: Sums, price: Price) -> float:
+    """Compaction savings of ``sums`` (of one model), USD (see the module docstring)."""
+    return (sums.removed_read * price.cache_read + sums.removed_uncached * price.input) / MILLION
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """Priced sums of any set of rows (several models). ``cost``/``savings`` cover the priced
+    models only; ``unpriced_models`` names the others (their tokens are in the counts)."""
+
+    sums: Sums = Sums()
+    cost: Cost = Cost()
+    savings: float = 0.0
+    unpriced_models: tuple[str, ...] = ()
+
+    @property
+    def total_input_tokens(self) -> int:
+        s = self.sums
+        return s.input_tokens + s.cache_read_input_tokens + s.cache_creation_input_tokens
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.sums
+        total = self.total_input_tokens
+        out: dict[str, Any] = {
+            name: getattr(s, name)
+            for name in SUM_FIELDS
+            if not name.startswith(("removed_", "priced_"))
+        }
+        out["total_input_tokens"] = total
+        out["cache_hit_ratio"] = cache_hit_ratio(s.cache_read_input_tokens, total)
+        out["tokens_saved"] = s.tokens_before - s.tokens_after
+        out["cost_usd"] = self.cost.to_json()
+        out["savings_usd"] = self.savings
+        out["unpriced_models"] = list(self.unpriced_models)
+        return out
+
+
+def price_sums(by_model: Iterable[tuple[str, Sums]], prices: PriceTable) -> Totals:
+    """Price groups of rows, each of one model, and add them up."""
+    sums, cost, savings = Sums(), Cost(), 0.0
+    unpriced: set[str] = set()
+    for model, group in by_model:
+        sums = sums + group
+        price = prices.price(model)
+        if price is None:
+            if group.input_tokens or group.output_tokens or group.cache_read_input_tokens or (
+                group.cache_creation_input_tokens
+            ):
+                unpriced.add(model)
+            continue
+        cost = cost + cost_of(group, price)
+        savings += savings_of(group, price)
+    return Totals(sums, cost, savings, tuple(sorted(unpriced)))
+
+
+# -- one row --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One upstream call, as the edge records it (the store adds ``id``)."""
+
+    at: str  # ISO 8601, UTC, with the offset
+    at_ms: int  # the same instant, milliseconds since the epoch
+    tenant: str
+    session: str | None
+    model: str
+    route: str
+    kind: Kind
+    status: int
+    latency_ms: float
+    request_id: str | None = None
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    layers: str | None = None
+    plan: str | None = None
+    summary: str | None = None
+    compaction_id: str | None = None
+    usage: Usage | None = None
+    provider_usage: Mapping[str, Any] | None = None  # the provider's object, as returned
+
+    def sums(self) -> Sums:
+        return row_sums(
+            kind=self.kind,
+            status=self.status,
+            usage=self.usage,
+            tokens_before=self.tokens_before,
+            tokens_after=self.tokens_after,
+            plan=self.plan,
+            summary=self.summary,
+            compaction_id=self.compaction_id,
+        )
+
+    def with_usage(self, raw: Mapping[str, Any] | None) -> LedgerEntry:
+        return replace(self, usage=usage_from(raw), provider_usage=raw)
+
+
+def row_figures(entry: LedgerEntry, prices: PriceTable) -> tuple[Cost | None, float | None]:
+    """One row's cost and savings; ``(None, None)`` for a model without a price."""
+    price = prices.price(entry.model)
+    if price is None:
+        return None, None
+    sums = entry.sums()
+    return cost_of(sums, price), savings_of(sums, price)
+
+
+def group_by_model(rows: Sequence[tuple[str, Sums]]) -> list[tuple[str, Sums]]:
+    """Merge ``(model, sums)`` pairs of the same model (order of first appearance)."""
+    merged: dict[str, Sums] = {}
+    for model, sums in rows:
+        merged[model] = merged.get(model, Sums()) + sums
+    return list(merged.items())

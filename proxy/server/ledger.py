@@ -1,0 +1,480 @@
+"""Recording the usage ledger: one row per upstream call, written off the answer path.
+
+The edge calls :meth:`LedgerRecorder.record` (never awaited: it only queues) when an upstream
+call ends, whatever its outcome: client calls (``/v1/messages``) from the handler, summary calls
+from the summariser's HTTP client (every attempt, retries too), and retrieval continuations
+through :func:`record_upstream_call`. A background task writes the queue to the store in
+batches (``ledger.batch_size`` rows, or ``ledger.flush_seconds`` after the first one). A slow or
+failing store never delays an answer: when the queue is full, new rows are dropped and counted
+(``context_proxy_ledger_rows{outcome="dropped"}``); a failed batch is retried twice, then
+dropped and counted. The Prometheus token counters are updated at record time.
+
+Which tenant and session a summary call belongs to is taken from :data:`CALL_CONTEXT`, set by the
+messages handler around compaction (the summariser runs in that request's task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import anthropic
+import orjson
+from aiohttp import web
+
+from proxy.config import Config, PriceConfig
+from proxy.core.durable import InvalidWrite
+from proxy.core.ledger import Kind, LedgerEntry, Price, PriceTable, usage_from
+from proxy.server.metrics import Metrics
+from proxy.store.base import Store, StoreError
+from proxy.store.usage import check_entry
+
+__all__ = [
+    "CALL_CONTEXT",
+    "LEDGER",
+    "CallContext",
+    "ClientCall",
+    "LedgerRecorder",
+    "calls_for",
+    "price_table",
+    "record_upstream_call",
+    "summary_http_client",
+]
+
+log = logging.getLogger("context_proxy.ledger")
+
+MAX_METRIC_MODELS = 50
+MAX_MODEL_CHARS = 200
+_MODEL_LABEL = re.compile(r"[A-Za-z0-9._:@/\-]{1,100}")
+RETRIES = 2
+PRUNE_EVERY_SECONDS = 3600.0
+_TOKEN_TYPES = (
+    ("input", "input_tokens"),
+    ("cache_read", "cache_read_input_tokens"),
+    ("cache_creation", "cache_creation_input_tokens"),
+    ("output", "output_tokens"),
+)
+
+
+def price_table(config: Config) -> PriceTable:
+    """The configured ``prices:`` (first) and the built-in ones."""
+
+    def price(p: PriceConfig) -> Price:
+        standard = Price.standard(p.input, p.output)
+        return Price(
+            p.input,
+            standard.cache_write_5m if p.cache_write_5m < 0 else p.cache_write_5m,
+            standard.cache_write_1h if p.cache_write_1h < 0 else p.cache_write_1h,
+            standard.cache_read if p.cache_read < 0 else p.cache_read,
+            p.output,
+        )
+
+    return PriceTable.with_overrides((p.model, price(p)) for p in config.prices)
+
+
+def now_ms() -> tuple[str, int]:
+    """The current instant as ISO 8601 UTC text and epoch milliseconds."""
+    now = datetime.now(UTC)
+    return now.isoformat(timespec="milliseconds"), int(now.timestamp() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """Whose request the current task serves (for the calls the proxy makes on its behalf)."""
+
+    tenant: str
+    session: str | None
+    recorder: LedgerRecorder | None
+
+
+CALL_CONTEXT: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
+    "context_proxy_call", default=None
+)
+
+
+@contextlib.contextmanager
+def calls_for(
+    tenant: str, session: str | None, recorder: LedgerRecorder | None
+) -> Iterator[None]:
+    """Within: the upstream calls the proxy makes (summaries) are the tenant's and session's."""
+    token = CALL_CONTEXT.set(CallContext(tenant, session, recorder))
+    try:
+        yield
+    finally:
+        CALL_CONTEXT.reset(token)
+
+
+class LedgerRecorder:
+    """Queues ledger rows and writes them to the store in the background."""
+
+    def __init__(self, store: Store, metrics: Metrics, config: Config) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.config = config.ledger
+        self.prices = price_table(config)
+        self._queue: asyncio.Queue[LedgerEntry] = asyncio.Queue(self.config.queue_size)
+        self._models: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._pruner: asyncio.Task[None] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- recording (sync, never blocks) -----------------------------------------------------
+
+    def record(self, entry: LedgerEntry) -> None:
+        if not self.config.enabled:
+            return
+        problems = check_entry(entry)
+        if problems:  # the edge builds entries: a bug, never the client's doing
+            log.warning("[ledger] row not recorded: %s", ", ".join(p.field for p in problems))
+            self.metrics.ledger_rows.labels("dropped").inc()
+            return
+        self._count_tokens(entry)
+        try:
+            self._queue.put_nowait(entry)
+        except asyncio.QueueFull:
+            self.metrics.ledger_rows.labels("dropped").inc()
+            return
+        self._idle.clear()
+        self.metrics.ledger_rows.labels("queued").inc()
+
+    def _count_tokens(self, entry: LedgerEntry) -> None:
+        usage = entry.usage
+        if usage is None:
+            return
+        model = entry.model
+        if model not in self._models:
+            if len(self._models) < MAX_METRIC_MODELS and _MODEL_LABEL.fullmatch(model):
+                self._models.add(model)
+            else:
+                model = "other"
+        for label, name in _TOKEN_TYPES:
+            value = getattr(usage, name)
+            if value:
+                self.metrics.usage_tokens.labels(entry.tenant, model, label).inc(value)
+
+    # -- the writer ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._write_loop())
+        if self.config.retention_days > 0:
+            self._pruner = loop.create_task(self._prune_loop())
+
+    async def _next_batch(self) -> list[LedgerEntry]:
+        batch = [await self._queue.get()]
+        deadline = asyncio.get_running_loop().time() + self.config.flush_seconds
+        while len(batch) < self.config.batch_size:
+            try:
+                batch.append(self._queue.get_nowait())
+                continue
+            except asyncio.QueueEmpty:
+                pass
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            try:
+                async with asyncio.timeout(remaining):
+                    batch.append(await self._queue.get())
+            except TimeoutError:
+                break
+        return batch
+
+    async def _write_loop(self) -> None:
+        while True:
+            batch = await self._next_batch()
+            await self._write(batch)
+            for _ in batch:
+                self._queue.task_done()
+            if self._queue.empty():
+                self._idle.set()
+
+    async def _write(self, batch: list[LedgerEntry]) -> None:
+        for attempt in range(RETRIES + 1):
+            try:
+                await self.store.record_usage(batch)
+            except (StoreError, InvalidWrite) as exc:
+                if attempt < RETRIES and isinstance(exc, StoreError):
+                    await asyncio.sleep(0.2 * 4**attempt)
+                    continue
+                log.warning("[ledger] %d rows not written: %s", len(batch), type(exc).__name__)
+                self.metrics.ledger_rows.labels("dropped").inc(len(batch))
+                return
+            self.metrics.ledger_rows.labels("written").inc(len(batch))
+            return
+
+    async def _prune_loop(self) -> None:
+        while True:
+            await self.prune()
+            await asyncio.sleep(PRUNE_EVERY_SECONDS)
+
+    async def prune(self) -> int:
+        """Delete rows older than ``ledger.retention_days`` (every tenant's)."""
+        if self.config.retention_days <= 0:
+            return 0
+        cutoff = time.time() - self.config.retention_days * 86400
+        try:
+            deleted = await self.store.delete_usage_before(None, cutoff)
+        except (StoreError, InvalidWrite) as exc:
+            log.warning("[ledger] old rows not deleted: %s", type(exc).__name__)
+            return 0
+        if deleted:
+            log.info("[ledger] deleted %d rows older than %g days", deleted,
+                     self.config.retention_days)  # fmt: skip
+        return deleted
+
+    async def flush(self) -> None:
+        """Wait until every queued row was written (or dropped). Bound it with
+        ``asyncio.timeout``."""
+        await self._idle.wait()
+
+    async def close(self, grace_seconds: float = 5.0) -> None:
+        """Write what is queued (for at most ``grace_seconds``), then stop."""
+        if self._task is not None and not self._task.done():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace_seconds):
+                    await self.flush()
+        for task in (self._task, self._pruner):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+LEDGER = web.AppKey("ledger", LedgerRecorder)
+
+
+def _model_text(model: str) -> str:
+    """The client's model field as stored: at most 200 characters of storable text (a model id
+    the provider refuses is still a row, with its 4xx)."""
+    model = model[:MAX_MODEL_CHARS]
+    if "\x00" in model or not model.isprintable():
+        return "(unprintable)"
+    try:
+        model.encode("utf-8")
+    except UnicodeEncodeError:
+        return "(unprintable)"
+    return model
+
+
+def record_upstream_call(
+    recorder: LedgerRecorder | web.Application | None,
+    *,
+    tenant: str,
+    session: str | None,
+    model: str,
+    kind: Kind,
+    status: int,
+    latency_ms: float,
+    usage: Mapping[str, Any] | None,
+    request_id: str | None = None,
+    route: str = "messages",
+    started: tuple[str, int] | None = None,
+    tokens_before: int | None = None,
+    tokens_after: int | None = None,
+    layers: str | None = None,
+    plan: str | None = None,
+    summary: str | None = None,
+    compaction_id: str | None = None,
+) -> None:
+    """Record one upstream call in the ledger (queued; returns at once, never raises).
+
+    ``usage`` is the provider's ``usage`` object exactly as returned (for a stream: message_start's
+    merged with the last message_delta's, :func:`proxy.core.ledger.merge_usage`), ``None`` when
+    the call failed or reported none. ``started``: :func:`now_ms` taken when the call was sent
+    (default: now). For ``kind="retrieval"`` (a continuation the proxy makes itself) pass the
+    tenant and session of the client request it serves."""
+    if isinstance(recorder, web.Application):
+        recorder = recorder.get(LEDGER)
+    if recorder is None:
+        return
+    at, at_ms = started or now_ms()
+    entry = LedgerEntry(
+        at=at,
+        at_ms=at_ms,
+        tenant=tenant,
+        session=session,
+        model=_model_text(model),
+        route=route,
+        kind=kind,
+        status=status,
+        latency_ms=latency_ms,
+        request_id=request_id,
+        tokens_before=tokens_before,
+        tokens_after=tokens_after,
+        layers=layers,
+        plan=plan,
+        summary=summary,
+        compaction_id=compaction_id,
+        usage=usage_from(usage),
+        provider_usage=dict(usage) if isinstance(usage, Mapping) else None,
+    )
+    try:
+        recorder.record(entry)
+    except Exception:  # recording must never break the call it describes
+        log.exception("[ledger] row not recorded")
+
+
+class ClientCall:
+    """The ledger row of one client call to ``/v1/messages``, once its outcome is known."""
+
+    __slots__ = ("_body", "_recorder", "_report", "_session", "_started", "_t0", "_tenant")
+
+    def __init__(
+        self,
+        recorder: LedgerRecorder | None,
+        tenant: str,
+        session: str | None,
+        body: Mapping[str, Any],
+        report: Mapping[str, str],
+    ) -> None:
+        self._recorder = recorder
+        self._tenant = tenant
+        self._session = session
+        self._body = body
+        self._report = report
+        self._started = now_ms()
+        self._t0 = time.perf_counter()
+
+    def record(self, status: int, usage: Mapping[str, Any] | None, request_id: str | None) -> None:
+        if self._recorder is None:
+            return
+        report = self._report
+        model = self._body.get("model")
+
+        def count(name: str) -> int | None:
+            value = report.get(name, "")
+            return int(value) if value.isdigit() else None
+
+        record_upstream_call(
+            self._recorder,
+            tenant=self._tenant,
+            session=self._session,
+            model=model if isinstance(model, str) else "",
+            kind="client",
+            status=status,
+            latency_ms=(time.perf_counter() - self._t0) * 1000,
+            usage=usage,
+            request_id=request_id,
+            started=self._started,
+            tokens_before=count("x-compaction-tokens-before"),
+            tokens_after=count("x-compaction-tokens-after"),
+            layers=report.get("x-compaction-layers"),
+            plan=report.get("x-compaction-plan"),
+            summary=report.get("x-compaction-summary"),
+            compaction_id=report.get("x-compaction-id"),
+        )
+
+
+    def record_rounds(
+        self,
+        status: int,
+        usages: Sequence[Mapping[str, Any]],
+        continuations: Sequence[HiddenRound],
+        request_id: str | None,
+    ) -> None:
+        """An answer that took hidden retrieval rounds: one row per upstream call. The client's
+        own call carries round 0's usage; each continuation is a ``kind="retrieval"`` row with
+        its round's usage (``None`` when the round reported none or its call failed)."""
+        if self._recorder is None:
+            return
+        self.record(status, usages[0] if usages else None, request_id)
+        model = self._body.get("model")
+        for i, hidden in enumerate(continuations, start=1):
+            usage = usages[i] if i < len(usages) else None
+            at = datetime.fromtimestamp(hidden.sent_at, UTC)
+            record_upstream_call(
+                self._recorder,
+                tenant=self._tenant,
+                session=self._session,
+                model=model if isinstance(model, str) else "",
+                kind="retrieval",
+                status=hidden.status or 502,
+                latency_ms=hidden.latency_ms,
+                usage=usage or None,
+                started=(at.isoformat(timespec="milliseconds"), int(hidden.sent_at * 1000)),
+            )
+
+
+class HiddenRound(Protocol):
+    """A retrieval continuation as :class:`proxy.server.retrieval.Continuation` describes it."""
+
+    @property
+    def sent_at(self) -> float: ...
+    @property
+    def status(self) -> int: ...
+    @property
+    def latency_ms(self) -> float: ...
+
+
+# -- summary calls: every HTTP exchange of the summariser's client -------------------------------
+
+
+def _sent_model(request: Any) -> str:
+    try:
+        sent = orjson.loads(request.content)
+    except (orjson.JSONDecodeError, TypeError, AttributeError):
+        return ""
+    model = sent.get("model") if isinstance(sent, dict) else None
+    return model if isinstance(model, str) else ""
+
+
+def _answer_usage(response: Any, streamed: bool) -> dict[str, Any] | None:
+    if response.status_code != 200 or streamed:
+        return None
+    try:
+        body = orjson.loads(response.content)
+    except (orjson.JSONDecodeError, TypeError, AttributeError):
+        return None
+    usage = body.get("usage") if isinstance(body, dict) else None
+    return usage if isinstance(usage, dict) else None
+
+
+class _SummaryHttpClient(anthropic.DefaultAsyncHttpxClient):
+    """The SDK's default HTTP client; each exchange in a :data:`CALL_CONTEXT` is a ledger row
+    (``kind: summary``): its status and usage, or 502/504 when no answer came (connection
+    failure, timeout). The SDK's retries are exchanges of their own, so each is a row."""
+
+    async def send(self, request: Any, **kwargs: Any) -> Any:
+        context = CALL_CONTEXT.get()
+        if context is None or context.recorder is None:
+            return await super().send(request, **kwargs)
+        at = now_ms()
+        started = time.perf_counter()
+        status, usage, request_id = 0, None, None
+        try:
+            response = await super().send(request, **kwargs)
+            status, request_id = response.status_code, response.headers.get("request-id")
+            usage = _answer_usage(response, bool(kwargs.get("stream")))
+            return response
+        except Exception as exc:  # no answer: recorded as the proxy reports it, then re-raised
+            status = 504 if "Timeout" in type(exc).__name__ else 502
+            raise
+        finally:
+            if status:
+                record_upstream_call(
+                    context.recorder,
+                    tenant=context.tenant,
+                    session=context.session,
+                    model=_sent_model(request),
+                    kind="summary",
+                    route="summary",
+                    status=status,
+                    latency_ms=(time.perf_counter() - started) * 1000,
+                    usage=usage,
+                    request_id=request_id,
+                    started=at,
+                )
+
+
+def summary_http_client() -> Any:
+    """The summariser's HTTP client (the SDK's defaults), recording every exchange."""
+    return _SummaryHttpClient()

@@ -1,0 +1,525 @@
+"""The usage ledger in the store: one row per upstream call, per tenant (migration 5).
+
+The same SQL serves both backends (written with ``?`` placeholders; PostgreSQL gets ``$n``).
+Rows keep the provider's usage figures in columns (and its whole ``usage`` object as JSON), the
+time twice (``at``: ISO 8601 text as shown; ``at_ms``: epoch milliseconds, for ranges and
+buckets). Aggregates are computed in SQL as the additive :class:`proxy.core.ledger.Sums` per
+model (and per time bucket or session); pricing them is the core's job.
+
+``id`` is assigned by the store and increases; it is the paging cursor. On PostgreSQL two
+replicas' concurrent batches may commit out of id order, so a reader paging by id at that very
+moment can miss a row committed late; ranges by time are exact.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import orjson
+
+from proxy.core.durable import FieldError, InvalidWrite
+from proxy.core.ledger import KINDS, SUM_FIELDS, LedgerEntry, Sums, usage_from
+from proxy.store.base import check_keys
+
+__all__ = [
+    "MAX_USAGE_LIMIT",
+    "PG_STATEMENTS",
+    "SQLITE_STATEMENTS",
+    "USAGE_MIGRATION",
+    "PostgresUsage",
+    "SQLiteUsage",
+    "UsageGroup",
+    "UsageQuery",
+    "UsageRow",
+    "check_entry",
+    "cutoff_ms",
+]
+
+T = TypeVar("T")
+
+USAGE_MIGRATION = (5, "usage ledger")
+MAX_USAGE_LIMIT = 1000
+# rows of an aggregate answer (buckets x models, sessions x models); one more is returned when
+# there are more (the caller refuses the range rather than answer with part of it)
+MAX_GROUPS = 100_000
+DELETE_CHUNK = 5000
+_MAX_TEXT = 1000
+
+SQLITE_STATEMENTS: tuple[str, ...] = (
+    """CREATE TABLE usage_ledger (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        tenant TEXT NOT NULL,
+        at TEXT NOT NULL,
+        at_ms INTEGER NOT NULL,
+        session TEXT,
+        model TEXT NOT NULL,
+        route TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('client', 'summary', 'retrieval')),
+        status INTEGER NOT NULL,
+        latency_ms REAL NOT NULL,
+        request_id TEXT,
+        tokens_before INTEGER,
+        tokens_after INTEGER,
+        layers TEXT,
+        plan TEXT,
+        summary TEXT,
+        compaction_id TEXT,
+        input_tokens INTEGER,
+        cache_creation_input_tokens INTEGER,
+        cache_creation_5m INTEGER,
+        cache_creation_1h INTEGER,
+        cache_read_input_tokens INTEGER,
+        output_tokens INTEGER,
+        usage_json TEXT
+    )""",
+    "CREATE INDEX usage_ledger_by_time ON usage_ledger (tenant, at_ms)",
+    "CREATE INDEX usage_ledger_by_session ON usage_ledger (tenant, session, at_ms)",
+    "CREATE INDEX usage_ledger_age ON usage_ledger (at_ms)",
+)
+
+PG_STATEMENTS: tuple[str, ...] = (
+    """CREATE TABLE usage_ledger (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        tenant TEXT COLLATE "C" NOT NULL,
+        at TEXT NOT NULL,
+        at_ms BIGINT NOT NULL,
+        session TEXT COLLATE "C",
+        model TEXT COLLATE "C" NOT NULL,
+        route TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('client', 'summary', 'retrieval')),
+        status INTEGER NOT NULL,
+        latency_ms DOUBLE PRECISION NOT NULL,
+        request_id TEXT,
+        tokens_before BIGINT,
+        tokens_after BIGINT,
+        layers TEXT,
+        plan TEXT,
+        summary TEXT,
+        compaction_id TEXT,
+        input_tokens BIGINT,
+        cache_creation_input_tokens BIGINT,
+        cache_creation_5m BIGINT,
+        cache_creation_1h BIGINT,
+        cache_read_input_tokens BIGINT,
+        output_tokens BIGINT,
+        usage_json TEXT
+    )""",
+    "CREATE INDEX usage_ledger_by_time ON usage_ledger (tenant, at_ms)",
+    "CREATE INDEX usage_ledger_by_session ON usage_ledger (tenant, session, at_ms)",
+    "CREATE INDEX usage_ledger_age ON usage_ledger (at_ms)",
+)
+
+_COLUMNS = (
+    "tenant", "at", "at_ms", "session", "model", "route", "kind", "status", "latency_ms",
+    "request_id", "tokens_before", "tokens_after", "layers", "plan", "summary", "compaction_id",
+    "input_tokens", "cache_creation_input_tokens", "cache_creation_5m", "cache_creation_1h",
+    "cache_read_input_tokens", "output_tokens", "usage_json",
+)  # fmt: skip
+_INSERT = (
+    f"INSERT INTO usage_ledger ({', '.join(_COLUMNS)})"
+    f" VALUES ({', '.join('?' for _ in _COLUMNS)})"
+)
+_SELECT = f"SELECT id, {', '.join(_COLUMNS)} FROM usage_ledger"
+
+_HAS_REMOVED = (
+    "usage_json IS NOT NULL AND tokens_after > 0 AND tokens_before > tokens_after"
+)
+_REMOVED = "CAST(tokens_before - tokens_after AS DOUBLE PRECISION)"
+# One SQL expression per field of ``Sums``, in its order (``proxy.core.ledger.row_sums`` is the
+# same per row, in Python; a test checks they agree).
+_SUM_SQL: dict[str, str] = {
+    "calls": "COUNT(*)",
+    "client_calls": "SUM(CASE WHEN kind = 'client' THEN 1 ELSE 0 END)",
+    "summary_calls": "SUM(CASE WHEN kind = 'summary' THEN 1 ELSE 0 END)",
+    "retrieval_calls": "SUM(CASE WHEN kind = 'retrieval' THEN 1 ELSE 0 END)",
+    "errors": "SUM(CASE WHEN status >= 400 THEN 1 ELSE 0 END)",
+    "input_tokens": "COALESCE(SUM(input_tokens), 0)",
+    "cache_creation_input_tokens": "COALESCE(SUM(cache_creation_input_tokens), 0)",
+    "cache_creation_5m_input_tokens": "COALESCE(SUM(cache_creation_5m), 0)",
+    "cache_creation_1h_input_tokens": "COALESCE(SUM(cache_creation_1h), 0)",
+    "cache_read_input_tokens": "COALESCE(SUM(cache_read_input_tokens), 0)",
+    "output_tokens": "COALESCE(SUM(output_tokens), 0)",
+    "tokens_before": "COALESCE(SUM(tokens_before), 0)",
+    "tokens_after": "COALESCE(SUM(tokens_after), 0)",
+    "compaction_events": "SUM(CASE WHEN plan = 'new' AND compaction_id IS NOT NULL"
+    " AND compaction_id <> '' THEN 1 ELSE 0 END)",
+    "summary_failures": "SUM(CASE WHEN summary = 'failed' THEN 1 ELSE 0 END)",
+    "removed_read": f"COALESCE(SUM(CASE WHEN {_HAS_REMOVED} THEN {_REMOVED}"
+    " * COALESCE(cache_read_input_tokens, 0) / tokens_after ELSE 0 END), 0)",
+    "removed_uncached": f"COALESCE(SUM(CASE WHEN {_HAS_REMOVED} THEN {_REMOVED}"
+    " * (COALESCE(input_tokens, 0) + COALESCE(cache_creation_input_tokens, 0))"
+    " / tokens_after ELSE 0 END), 0)",
+    "priced_5m": "COALESCE(SUM(CASE WHEN COALESCE(cache_creation_input_tokens, 0)"
+    " > COALESCE(cache_creation_1h, 0) THEN COALESCE(cache_creation_input_tokens, 0)"
+    " - COALESCE(cache_creation_1h, 0) ELSE 0 END), 0)",
+}
+assert tuple(_SUM_SQL) == SUM_FIELDS
+_SUMS = ", ".join(_SUM_SQL.values())
+
+
+@dataclass(frozen=True, slots=True)
+class UsageQuery:
+    """Which rows: ``since_ms <= at_ms < until_ms``, equal fields, ``id > after``."""
+
+    since_ms: int | None = None
+    until_ms: int | None = None
+    session: str | None = None
+    model: str | None = None
+    kind: str | None = None
+    after: int = 0
+    limit: int = 100
+    before: int | None = None  # ``id < before`` (with ``descending``: paging newest first)
+    descending: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    id: int
+    entry: LedgerEntry
+
+
+@dataclass(frozen=True, slots=True)
+class UsageGroup:
+    """Sums of one model's rows in one bucket (``key``: its index from ``since_ms``) or one
+    session (``key``: the session id)."""
+
+    key: int | str
+    model: str
+    first_ms: int
+    last_ms: int
+    sums: Sums
+
+
+def cutoff_ms(cutoff: datetime | str | float) -> int:
+    """An instant as epoch milliseconds: an aware datetime, ISO 8601 text with an offset, or
+    epoch seconds. ``InvalidWrite`` otherwise."""
+    if isinstance(cutoff, str):
+        try:
+            cutoff = datetime.fromisoformat(cutoff)
+        except ValueError:
+            raise InvalidWrite([FieldError("cutoff", "expected ISO 8601 with an offset")]) from None
+    if isinstance(cutoff, datetime):
+        if cutoff.tzinfo is None:
+            raise InvalidWrite([FieldError("cutoff", "expected a time with an offset")])
+        return int(cutoff.timestamp() * 1000)
+    if isinstance(cutoff, int | float) and not isinstance(cutoff, bool):
+        return int(cutoff * 1000)
+    raise InvalidWrite([FieldError("cutoff", "expected a datetime, ISO 8601 text or seconds")])
+
+
+def iso_of_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def check_entry(e: object, name: str = "entry") -> list[FieldError]:
+    """What is wrong with a ledger entry (nothing: ``[]``); the store writes only good ones."""
+    if not isinstance(e, LedgerEntry):
+        return [FieldError(name, "expected a ledger entry")]
+    errors: list[FieldError] = []
+    try:
+        check_keys(e.tenant, e.session)
+    except InvalidWrite as exc:
+        errors.extend(FieldError(f"{name}.{f.field}", f.message) for f in exc.errors)
+    if e.kind not in KINDS:
+        errors.append(FieldError(f"{name}.kind", "expected client, summary or retrieval"))
+    if not isinstance(e.at_ms, int) or isinstance(e.at_ms, bool):
+        errors.append(FieldError(f"{name}.at_ms", "expected epoch milliseconds"))
+    for field_name in ("model", "route", "layers", "plan", "summary", "compaction_id",
+                       "request_id", "at"):  # fmt: skip
+        value = getattr(e, field_name)
+        if value is not None and (not isinstance(value, str) or len(value) > _MAX_TEXT):
+            errors.append(FieldError(f"{name}.{field_name}", "expected short text"))
+        elif isinstance(value, str) and ("\x00" in value or not _encodable(value)):
+            errors.append(FieldError(f"{name}.{field_name}", "contains a NUL or invalid Unicode"))
+    return errors
+
+
+def _encodable(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _params(entries: Sequence[LedgerEntry]) -> list[tuple[Any, ...]]:
+    errors = [err for i, e in enumerate(entries) for err in check_entry(e, f"entries[{i}]")]
+    if errors:
+        raise InvalidWrite(errors)
+    rows = []
+    for e in entries:
+        u = e.usage
+        raw = None
+        if u is not None:
+            try:
+                raw = orjson.dumps(e.provider_usage if e.provider_usage is not None else u.to_json())
+            except TypeError:
+                raw = orjson.dumps(u.to_json())
+        rows.append(
+            (
+                e.tenant, e.at, e.at_ms, e.session, e.model, e.route, e.kind, int(e.status),
+                float(e.latency_ms), e.request_id, e.tokens_before, e.tokens_after, e.layers,
+                e.plan, e.summary, e.compaction_id,
+                None if u is None else u.input_tokens,
+                None if u is None else u.cache_creation_input_tokens,
+                None if u is None else u.cache_creation_5m,
+                None if u is None else u.cache_creation_1h,
+                None if u is None else u.cache_read_input_tokens,
+                None if u is None else u.output_tokens,
+                None if raw is None else raw.decode(),
+            )
+        )  # fmt: skip
+    return rows
+
+
+def _decode(row: Sequence[Any]) -> UsageRow:
+    values = dict(zip(("id", *_COLUMNS), row, strict=True))
+    raw = values["usage_json"]
+    provider = orjson.loads(raw) if raw is not None else None
+    usage = usage_from(provider) if provider is not None else None
+    entry = LedgerEntry(
+        at=values["at"],
+        at_ms=int(values["at_ms"]),
+        tenant=values["tenant"],
+        session=values["session"],
+        model=values["model"],
+        route=values["route"],
+        kind=values["kind"],
+        status=int(values["status"]),
+        latency_ms=float(values["latency_ms"]),
+        request_id=values["request_id"],
+        tokens_before=values["tokens_before"],
+        tokens_after=values["tokens_after"],
+        layers=values["layers"],
+        plan=values["plan"],
+        summary=values["summary"],
+        compaction_id=values["compaction_id"],
+        usage=usage,
+        provider_usage=provider,
+    )
+    return UsageRow(int(values["id"]), entry)
+
+
+def _where(tenant: str, q: UsageQuery) -> tuple[str, list[Any]]:
+    clauses = ["tenant = ?"]
+    params: list[Any] = [tenant]
+    for column, value in (("session", q.session), ("model", q.model), ("kind", q.kind)):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if q.since_ms is not None:
+        clauses.append("at_ms >= ?")
+        params.append(q.since_ms)
+    if q.until_ms is not None:
+        clauses.append("at_ms < ?")
+        params.append(q.until_ms)
+    return " AND ".join(clauses), params
+
+
+def _rows_sql(tenant: str, q: UsageQuery) -> tuple[str, list[Any]]:
+    where, params = _where(tenant, q)
+    limit = max(1, min(q.limit, MAX_USAGE_LIMIT))
+    if q.before is not None:
+        where += " AND id < ?"
+        params.append(q.before)
+    order = "DESC" if q.descending else ""
+    return (
+        f"{_SELECT} WHERE {where} AND id > ? ORDER BY id {order} LIMIT ?",
+        [*params, q.after, limit],
+    )
+
+
+def _groups_sql(
+    tenant: str, q: UsageQuery, by: Literal["bucket", "session"], bucket_ms: int
+) -> tuple[str, list[Any]]:
+    where, params = _where(tenant, q)
+    if by == "bucket":
+        if q.since_ms is None or bucket_ms < 1:
+            raise InvalidWrite([FieldError("bucket", "needs since and a bucket length")])
+        key = "(at_ms - ?) / ?"
+        key_params: list[Any] = [q.since_ms, bucket_ms]
+    else:
+        key = "session"
+        key_params = []
+        where += " AND session IS NOT NULL"
+    sql = (
+        f"SELECT {key} AS k, model, MIN(at_ms), MAX(at_ms), {_SUMS} FROM usage_ledger"
+        f" WHERE {where} GROUP BY k, model ORDER BY k, model LIMIT {MAX_GROUPS + 1}"
+    )
+    return sql, [*key_params, *params]
+
+
+def _group(row: Sequence[Any]) -> UsageGroup:
+    key, model, first, last, *sums = row
+    values: dict[str, Any] = {
+        name: float(v) if name.startswith("removed_") else int(v)
+        for name, v in zip(SUM_FIELDS, sums, strict=True)
+    }
+    return UsageGroup(
+        key if isinstance(key, str) else int(key), model, int(first), int(last), Sums(**values)
+    )
+
+
+def _delete_sql(tenant: str | None) -> str:
+    scope = "tenant = ? AND " if tenant is not None else ""
+    return (
+        "DELETE FROM usage_ledger WHERE id IN (SELECT id FROM usage_ledger"
+        f" WHERE {scope}at_ms < ? LIMIT {DELETE_CHUNK})"
+    )
+
+
+def _checked_query(tenant: str, q: UsageQuery) -> None:
+    check_keys(tenant)
+    if not isinstance(q, UsageQuery):
+        raise InvalidWrite([FieldError("query", "expected a usage query")])
+
+
+# -- SQLite ---------------------------------------------------------------------------------------
+
+
+class SQLiteUsage:
+    """The ledger methods of :class:`proxy.store.sqlite.SQLiteStore`."""
+
+    if TYPE_CHECKING:
+
+        async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
+    async def record_usage(self, entries: Sequence[LedgerEntry]) -> None:
+        """Append ledger rows (any tenants), all or nothing; ``InvalidWrite`` names bad ones."""
+        rows = _params(tuple(entries))
+        if not rows:
+            return
+
+        def job(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(_INSERT, rows)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+        await self._run(job)
+
+    async def usage_rows(self, tenant: str, query: UsageQuery) -> tuple[UsageRow, ...]:
+        _checked_query(tenant, query)
+        sql, params = _rows_sql(tenant, query)
+        return await self._run(
+            lambda conn: tuple(_decode(r) for r in conn.execute(sql, params).fetchall())
+        )
+
+    async def usage_groups(
+        self,
+        tenant: str,
+        query: UsageQuery,
+        by: Literal["bucket", "session"],
+        bucket_ms: int = 0,
+    ) -> tuple[UsageGroup, ...]:
+        _checked_query(tenant, query)
+        sql, params = _groups_sql(tenant, query, by, bucket_ms)
+        return await self._run(
+            lambda conn: tuple(_group(r) for r in conn.execute(sql, params).fetchall())
+        )
+
+    async def delete_usage_before(
+        self, tenant: str | None, cutoff: datetime | str | float
+    ) -> int:
+        """Delete the rows (of ``tenant``, or of every tenant) recorded before ``cutoff``, in
+        chunks (a short write lock each); returns how many."""
+        if tenant is not None:
+            check_keys(tenant)
+        ms = cutoff_ms(cutoff)
+        sql = _delete_sql(tenant)
+        params = (tenant, ms) if tenant is not None else (ms,)
+        total = 0
+        while True:
+
+            def job(conn: sqlite3.Connection) -> int:
+                return conn.execute(sql, params).rowcount
+
+            deleted = await self._run(job)
+            total += deleted
+            if deleted < DELETE_CHUNK:
+                return total
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------------
+
+_PLACEHOLDER = re.compile(r"\?")
+
+
+def _pg(sql: str) -> str:
+    counter = iter(range(1, 10_000))
+    return _PLACEHOLDER.sub(lambda _m: f"${next(counter)}", sql)
+
+
+_PG_INSERT = _pg(_INSERT)
+
+
+class PostgresUsage:
+    """The ledger methods of :class:`proxy.store.postgres.PostgresStore`."""
+
+    if TYPE_CHECKING:
+
+        async def _run(self, fn: Callable[[Any], Awaitable[T]]) -> T: ...
+
+    async def record_usage(self, entries: Sequence[LedgerEntry]) -> None:
+        rows = _params(tuple(entries))
+        if not rows:
+            return
+
+        async def job(conn: Any) -> None:
+            async with conn.transaction():
+                await conn.executemany(_PG_INSERT, rows)
+
+        await self._run(job)
+
+    async def usage_rows(self, tenant: str, query: UsageQuery) -> tuple[UsageRow, ...]:
+        _checked_query(tenant, query)
+        sql, params = _rows_sql(tenant, query)
+
+        async def job(conn: Any) -> tuple[UsageRow, ...]:
+            return tuple(_decode(tuple(r)) for r in await conn.fetch(_pg(sql), *params))
+
+        return await self._run(job)
+
+    async def usage_groups(
+        self,
+        tenant: str,
+        query: UsageQuery,
+        by: Literal["bucket", "session"],
+        bucket_ms: int = 0,
+    ) -> tuple[UsageGroup, ...]:
+        _checked_query(tenant, query)
+        sql, params = _groups_sql(tenant, query, by, bucket_ms)
+
+        async def job(conn: Any) -> tuple[UsageGroup, ...]:
+            return tuple(_group(tuple(r)) for r in await conn.fetch(_pg(sql), *params))
+
+        return await self._run(job)
+
+    async def delete_usage_before(
+        self, tenant: str | None, cutoff: datetime | str | float
+    ) -> int:
+        if tenant is not None:
+            check_keys(tenant)
+        ms = cutoff_ms(cutoff)
+        sql = _pg(_delete_sql(tenant))
+        params = (tenant, ms) if tenant is not None else (ms,)
+        total = 0
+        while True:
+
+            async def job(conn: Any) -> int:
+                status = await conn.execute(sql, *params)
+                return int(str(status).rsplit(" ", 1)[-1])
+
+            deleted = await self._run(job)
+            total += deleted
+            if deleted < DELETE_CHUNK:
+                return total

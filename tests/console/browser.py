@@ -1,0 +1,60 @@
+"""Playwright for Python driving Debian's chromium (never a downloaded browser).
+
+The ``browser`` fixture (``conftest.py``) skips, with the reason, only when no chromium is installed; CI installs it
+(``.ci/run``). ``Watched`` is a page whose every console error, page error, dialog and request
+to another origin is recorded, so that every test asserts none happened.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "console"
+
+
+def chromium_path() -> str | None:
+    for candidate in (os.environ.get("CONTEXT_PROXY_CHROMIUM"), "/usr/bin/chromium"):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which("chromium")
+
+
+@dataclass
+class Watched:
+    origin: str
+    console_errors: list[str] = field(default_factory=list)
+    page_errors: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+    off_origin: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+    def on_request(self, url: str) -> None:
+        self.requests.append(url)
+        parts = urlsplit(url)
+        if f"{parts.scheme}://{parts.netloc}" != self.origin:
+            self.off_origin.append(url)
+
+    def assert_clean(self) -> None:
+        assert self.dialogs == [], self.dialogs
+        assert self.page_errors == [], self.page_errors
+        assert self.console_errors == [], self.console_errors
+        assert self.off_origin == [], self.off_origin
+
+
+def screenshot(page: object, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)  # type: ignore[attr-defined]
