@@ -453,3 +453,32 @@ def test_a_malformed_pointer_is_never_logged_or_recorded_as_sent(upstream: FakeU
     loop_thread.run(proxy.app[DURABLE].drain())
     answer = loop_thread.run(proxy.app[STORE].transcript_events("default", SESSION))[-1].event
     assert answer.content["context_proxy_retrievals"][0]["calls"][0]["pointer"] == "<malformed>"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_each_upstream_call_of_a_retrieval_answer_is_its_own_ledger_row(
+    upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread, stream: bool
+) -> None:
+    """The client's call carries its own round's usage; each hidden round is a ``retrieval`` row
+    with that round's usage as the provider reported it (never the sum the client sees)."""
+    from proxy.server.appkeys import STORE
+    from proxy.server.ledger import LEDGER
+    from proxy.store.usage import UsageQuery
+
+    proxy = _proxy(make_proxy)
+    first = _round([_text("Reading."), _call()], "tool_use", 100, 20)
+    second = _round([_text("Again."), _call(offset=10, tool_id="toolu_r2")], "tool_use", 7000, 15)
+    third = _round([_text("Found it.")], "end_turn", 7100, 9)
+    upstream.script(*[_scripted(m, stream) for m in (first, second, third)])
+    final, _ = _ask(_client(proxy), stream)
+    assert final.usage.input_tokens == 14200 and final.usage.output_tokens == 44  # summed for the client
+    loop_thread.run(proxy.app[LEDGER].flush(), timeout=10)
+    rows = loop_thread.run(proxy.app[STORE].usage_rows("default", UsageQuery(session=SESSION)))
+    got = [
+        (r.entry.kind, r.entry.status, r.entry.usage and r.entry.usage.input_tokens,
+         r.entry.usage and r.entry.usage.output_tokens)
+        for r in rows
+    ]
+    assert sorted(got) == sorted(
+        [("client", 200, 100, 20), ("retrieval", 200, 7000, 15), ("retrieval", 200, 7100, 9)]
+    )

@@ -134,9 +134,9 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(4, transcript_keys.MIGRATION_NAME, transcript_keys.SQLITE_STATEMENTS),
+    Migration(*USAGE_MIGRATION, USAGE_SQLITE),
     Migration(source_schema.VERSION, source_schema.MIGRATION_NAME, source_schema.SQLITE_STATEMENTS),
     Migration(7, retention.MIGRATION_NAME, retention.SQLITE_MIGRATION_STATEMENTS),
-    Migration(*USAGE_MIGRATION, USAGE_SQLITE),
 )
 
 

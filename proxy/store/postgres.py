@@ -221,9 +221,9 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
         )""",
     ),
     4: transcript_keys.PG_STATEMENTS,
+    USAGE_MIGRATION[0]: USAGE_PG,
     source_schema.VERSION: source_schema.PG_STATEMENTS,
     7: retention.PG_MIGRATION_STATEMENTS,
-    USAGE_MIGRATION[0]: USAGE_PG,
 }
 
 
