@@ -211,7 +211,7 @@ def world(loop_thread: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> 
         str(tmp / "state"),
         auth={"mode": "keys"},
         policies_dir=str(_write_policies(tmp)),
-        compaction={"threshold": 3000, "hard_limit": 100_000, "tool_result_cap": 200},
+        compaction={"threshold": 3000, "hard_limit": 100_000, "tool_result_cap": 200, "keep_recent": 2},
         ledger={"flush_seconds": 0.01},
     )
     proxy = ProxyServer(config)
