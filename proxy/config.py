@@ -298,7 +298,7 @@ class RetentionConfig:
     calibration: KindRetention = KindRetention(90.0, 1_000)
     transcripts: KindRetention = KindRetention(90.0, 0)
     artifacts: ArtifactRetention = ArtifactRetention()
-    usage_ledger: KindRetention = KindRetention(0.0, 0)
+    usage_ledger: KindRetention = KindRetention(90.0, 0)
 
 
 def _price_or_standard(value: float) -> str | None:
@@ -309,8 +309,6 @@ def _price_or_standard(value: float) -> str | None:
 class LedgerConfig:
     # One row per upstream call (usage, cost, compaction), written in the background.
     enabled: bool = True
-    # Rows older than this are deleted (checked hourly); 0 keeps them for ever.
-    retention_days: float = field(default=90.0, metadata=_check(_non_negative))
     # Rows waiting for the store; beyond it new rows are dropped (and counted), never waited on.
     queue_size: int = field(default=10_000, metadata=_check(_positive))
     batch_size: int = field(default=500, metadata=_check(_positive))

@@ -22,6 +22,7 @@ import pytest
 from proxy.core.ledger import PriceTable, cost_of, row_sums, usage_from
 from proxy.server.appkeys import METRICS, STORE
 from proxy.server.ledger import LEDGER, record_upstream_call
+from proxy.server.retention import RETENTION
 from proxy.store.usage import UsageQuery
 from tests.harness import LoopThread, ProxyServer
 from tests.pg_server import fresh_schema
@@ -337,7 +338,7 @@ def test_retrieval_calls_recorded_through_record_upstream_call(keyed: ProxyServe
 
 
 def test_rows_past_the_retention_are_deleted(keyed: ProxyServer, loop_thread: LoopThread) -> None:
-    old_ms = int((time.time() - 200 * 86400) * 1000)  # retention_days defaults to 90
+    old_ms = int((time.time() - 200 * 86400) * 1000)  # retention.usage_ledger: 90 days by default
     old = (time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(old_ms / 1000)), old_ms)
 
     async def record() -> int:
@@ -345,7 +346,8 @@ def test_rows_past_the_retention_are_deleted(keyed: ProxyServer, loop_thread: Lo
             record_upstream_call(keyed.app, tenant="acme", session="k-1", model=SONNET, kind="client",
                                  status=200, latency_ms=1.0, usage=None, request_id=rid, started=started)
         await keyed.app[LEDGER].flush()
-        return await keyed.app[LEDGER].prune()
+        report = await keyed.app[RETENTION].run_once()  # the one garbage collector
+        return report.deleted.get("usage_ledger", 0)
 
     assert loop_thread.run(record()) == 1
     assert [r["request_id"] for r in _rows(keyed, loop_thread)] == ["req_new"]

@@ -55,7 +55,6 @@ MAX_METRIC_MODELS = 50
 MAX_MODEL_CHARS = 200
 _MODEL_LABEL = re.compile(r"[A-Za-z0-9._:@/\-]{1,100}")
 RETRIES = 2
-PRUNE_EVERY_SECONDS = 3600.0
 _TOKEN_TYPES = (
     ("input", "input_tokens"),
     ("cache_read", "cache_read_input_tokens"),
@@ -123,7 +122,6 @@ class LedgerRecorder:
         self._queue: asyncio.Queue[LedgerEntry] = asyncio.Queue(self.config.queue_size)
         self._models: set[str] = set()
         self._task: asyncio.Task[None] | None = None
-        self._pruner: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -166,8 +164,6 @@ class LedgerRecorder:
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(self._write_loop())
-        if self.config.retention_days > 0:
-            self._pruner = loop.create_task(self._prune_loop())
 
     async def _next_batch(self) -> list[LedgerEntry]:
         batch = [await self._queue.get()]
@@ -211,26 +207,6 @@ class LedgerRecorder:
             self.metrics.ledger_rows.labels("written").inc(len(batch))
             return
 
-    async def _prune_loop(self) -> None:
-        while True:
-            await self.prune()
-            await asyncio.sleep(PRUNE_EVERY_SECONDS)
-
-    async def prune(self) -> int:
-        """Delete rows older than ``ledger.retention_days`` (every tenant's)."""
-        if self.config.retention_days <= 0:
-            return 0
-        cutoff = time.time() - self.config.retention_days * 86400
-        try:
-            deleted = await self.store.delete_usage_before(None, cutoff)
-        except (StoreError, InvalidWrite) as exc:
-            log.warning("[ledger] old rows not deleted: %s", type(exc).__name__)
-            return 0
-        if deleted:
-            log.info("[ledger] deleted %d rows older than %g days", deleted,
-                     self.config.retention_days)  # fmt: skip
-        return deleted
-
     async def flush(self) -> None:
         """Wait until every queued row was written (or dropped). Bound it with
         ``asyncio.timeout``."""
@@ -242,7 +218,7 @@ class LedgerRecorder:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace_seconds):
                     await self.flush()
-        for task in (self._task, self._pruner):
+        for task in (self._task,):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,10 +18,12 @@ import pytest
 
 from proxy.config import ArtifactRetention, KindRetention, RetentionConfig, parse_config
 from proxy.core.durable import Create, Fact
+from proxy.core.ledger import LedgerEntry
 from proxy.server.retention import DAY, GcMetrics, RetentionService, iso
 from proxy.sources.artifact_files import write_artifact
 from proxy.store import Store, TranscriptEvent, open_store
 from proxy.store.retention import backend_for
+from proxy.store.usage import UsageQuery
 from proxy.tenants import DEFAULT_TENANT, Tenancy, load_tenancy
 
 NOW = time.time()
@@ -265,28 +266,25 @@ async def test_growth_is_bounded_soak(store: Store, tmp_path: Path, store_clock:
     await soak(store, tmp_path, store_clock, days=60, per_day=20)
 
 
-async def test_the_usage_ledger_is_collected_when_its_table_exists(tmp_path: Path) -> None:
-    path = tmp_path / "store.db"
-    store = await open_store(f"sqlite:///{path}")
-    try:
-        backend = backend_for(store)
-        assert backend is not None
-        service = _service(
-            store, _config(usage_ledger=KindRetention(1, 0)), _tenancy(tmp_path), lambda: NOW
-        )
-        assert (await service.run_once()).deleted == {}  # no table: nothing to do, no error
-        if await backend.has_table("usage_ledger"):
-            pytest.skip("usage_ledger is the ledger feature's table: test with its real rows")
-        with sqlite3.connect(path) as conn:  # the ledger's key and time columns
-            conn.execute(
-                "CREATE TABLE usage_ledger (id INTEGER PRIMARY KEY, tenant TEXT NOT NULL,"
-                " at_ms INTEGER NOT NULL)"
-            )
-            conn.executemany(
-                "INSERT INTO usage_ledger (tenant, at_ms) VALUES (?, ?)",
-                [("acme", int((NOW - days * DAY) * 1000)) for days in (0, 0.5, 2, 3)],
-            )
-        assert (await service.run_once()).deleted == {"usage_ledger": 2}
-        assert await backend.query("SELECT count(*) FROM usage_ledger", ()) == [(2,)]
-    finally:
-        await store.close()
+async def test_the_usage_ledger_is_collected_by_age(store: Store, tmp_path: Path) -> None:
+    """The ledger's only retention: ``retention.usage_ledger`` (90 days by default), collected
+    under the GC lease like every other kind, per tenant (both backends)."""
+
+    def entry(tenant: str, days: float, request_id: str) -> LedgerEntry:
+        at = NOW - days * DAY
+        return LedgerEntry(
+            at=iso(at), at_ms=int(at * 1000), tenant=tenant, session="s1", model="m",
+            route="messages", kind="client", status=200, latency_ms=1.0, request_id=request_id,
+        )  # fmt: skip
+
+    await store.record_usage(
+        [entry("acme", d, f"a{d}") for d in (0, 0.5, 2, 3)] + [entry("globex", 3, "g3")]
+    )
+    assert RetentionConfig().usage_ledger == KindRetention(90.0, 0)
+    service = _service(
+        store, _config(usage_ledger=KindRetention(1, 0)), _tenancy(tmp_path), lambda: NOW
+    )
+    assert (await service.run_once()).deleted == {"usage_ledger": 3}
+    kept = await store.usage_rows("acme", UsageQuery())
+    assert sorted(r.entry.request_id or "" for r in kept) == ["a0", "a0.5"]
+    assert await store.usage_rows("globex", UsageQuery()) == ()
