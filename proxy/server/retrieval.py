@@ -8,7 +8,7 @@ A request whose forwarded view offers the tool (``Prepared.view``) goes through
    read whole first, a JSON answer is one write anyway);
 2. when it calls our tool and rounds remain (``compaction.retrieval.max_rounds``), each call is
    answered here: the pointer must name this session, the tenant's policy authorises it and
-   the source is verified (``SourceResolver.read``), and the result pages its text;
+   the source is verified (``SourceChecks.fetch``, audited), and the result pages its text;
 3. the view is extended by the round's assistant turn (the client's own calls of that round
    dropped: the model re-issues them after reading) and our results, and sent again, with the
    client's headers and ``stream`` as they were.
