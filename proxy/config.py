@@ -299,6 +299,7 @@ class RetentionConfig:
     transcripts: KindRetention = KindRetention(90.0, 0)
     artifacts: ArtifactRetention = ArtifactRetention()
     usage_ledger: KindRetention = KindRetention(90.0, 0)
+    source_audit: KindRetention = KindRetention(90.0, 0)
 
 
 def _price_or_standard(value: float) -> str | None:

@@ -4,18 +4,23 @@
   that tenant's limits (``retention.<kind>``, the tenant's policy overriding the config's):
   ``max_age_days`` (older rows go) and ``max_rows`` (beyond the tenant's newest N, the oldest go),
   ``0`` meaning no limit. Table kinds are :class:`TableCollector` values (plans, summaries,
-  manifests, calibration, transcripts, usage_ledger); artifacts (files) are
+  manifests, calibration, transcripts, usage_ledger, source_audit); artifacts (files) are
   :class:`ArtifactCollector`. A new kind is one more entry.
 * **What is never deleted.** A summary lease still held (``pending`` and not expired). A
   transcript event or an artifact that a durable item's source pointer names (any version in the
   session's history: the history is append-only and its pointers keep resolving). An artifact
-  that a stored plan still names in a truncation marker (a live plan's view must keep its
-  pointers). What a deletion costs otherwise: a deleted plan makes that conversation compact
+  that a stored plan still names in a truncation marker, and every transcript event of the range
+  a stored plan's bridge names (a live plan's view must keep its pointers redeemable by the
+  retrieval tool). What a deletion costs otherwise: a deleted plan makes that conversation compact
   afresh on its next turn (one prompt-cache miss), a deleted summary is asked again if the same
   history is summarised again, a deleted manifest answers 404, a deleted calibration figure
   restarts from the default ratio, a deleted transcript event leaves a gap in the admin
   transcript (sequence numbers are never reused; the exported JSONL files under the tenant's
-  transcript root are the tenant's source files and are not touched).
+  transcript root are the tenant's source files and are not touched). A deleted event's
+  idempotency key goes with it: a client that later re-sends that old message in a history that
+  does not extend the session's recorded head (a rewind or an edit) records it again as a new
+  event. Artifacts in a tenant's object store and their signed manifest rows are not collected
+  (see the README).
 * **One runner at a time** across replicas: the store's ``gc_leases`` row (see
   :mod:`proxy.store.retention`), renewed between batches; a replica that loses it stops.
 * **Never stalls the event loop:** every statement is small (``retention.batch_size`` rows),
@@ -39,6 +44,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -117,6 +123,24 @@ class _Protected:
 
     transcripts: set[tuple[str, int]] = field(default_factory=set)
     artifacts: set[tuple[str, str]] = field(default_factory=set)
+    # transcript ranges a stored plan's bridge names (session -> [(first, last)]): the model may
+    # redeem any event of them with the retrieval tool
+    ranges: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def covers(self, session: str, seq: int) -> bool:
+        if (session, seq) in self.transcripts:
+            return True
+        return any(first <= seq <= last for first, last in self.ranges.get(session, ()))
+
+    def add_plan(self, text: str) -> None:
+        """A stored plan's bridge ``"transcript": [session, first, last]``."""
+        try:
+            bridge = orjson.loads(text).get("bridge") or {}
+            session, first, last = bridge["transcript"]
+        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+            return
+        if isinstance(session, str) and isinstance(first, int) and isinstance(last, int):
+            self.ranges.setdefault(session, []).append((first, last))
 
     def add_text(self, text: str) -> None:
         for match in _POINTER.finditer(text):
@@ -179,8 +203,25 @@ class _Run:
                 break
             after = (rows[-1][0], rows[-1][1])
             await asyncio.sleep(0)
+        await self._plan_ranges(tenant, protected)
         self._durable[tenant] = protected
         return protected
+
+    async def _plan_ranges(self, tenant: str, protected: _Protected) -> None:
+        """The transcript ranges the tenant's stored plans name in their bridges."""
+        after = ""
+        while True:
+            rows = await self.backend.query(
+                "SELECT prefix_hash, plan_json FROM plans WHERE tenant = ? AND prefix_hash > ?"
+                """ AND plan_json LIKE '%"transcript":[%' ORDER BY prefix_hash LIMIT ?""",
+                (tenant, after, self.batch),
+            )
+            for _key, text in rows:
+                protected.add_plan(str(text))
+            if len(rows) < self.batch:
+                return
+            after = str(rows[-1][0])
+            await asyncio.sleep(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +287,7 @@ class TableCollector:
                 if not old and excess <= 0:
                     done = True
                     break
-                if protected is not None and (str(row[1]), int(row[2])) in protected.transcripts:
+                if protected is not None and protected.covers(str(row[1]), int(row[2])):
                     continue
                 victims.append((tenant, *row, *live_params))
                 excess -= 1
@@ -385,6 +426,8 @@ COLLECTORS: tuple[TableCollector, ...] = (
     TableCollector(
         "usage_ledger", "usage_ledger", "at_ms", ("id",), time_in_ms=True, optional=True
     ),
+    # The source-check audit trail (``source_audit``, time ``checked_at``).
+    TableCollector("source_audit", "source_audit", "checked_at", ("id",), optional=True),
 )
 ARTIFACTS = ArtifactCollector()
 

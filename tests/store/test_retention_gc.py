@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from proxy.config import ArtifactRetention, KindRetention, RetentionConfig, parse_config
@@ -23,6 +24,7 @@ from proxy.server.retention import DAY, GcMetrics, RetentionService, iso
 from proxy.sources.artifact_files import write_artifact
 from proxy.store import Store, TranscriptEvent, open_store
 from proxy.store.retention import backend_for
+from proxy.store.source_records import AuditQuery, AuditRow, append_audit, list_audit
 from proxy.store.usage import UsageQuery
 from proxy.tenants import DEFAULT_TENANT, Tenancy, load_tenancy
 
@@ -288,3 +290,29 @@ async def test_the_usage_ledger_is_collected_by_age(store: Store, tmp_path: Path
     kept = await store.usage_rows("acme", UsageQuery())
     assert sorted(r.entry.request_id or "" for r in kept) == ["a0", "a0.5"]
     assert await store.usage_rows("globex", UsageQuery()) == ()
+
+
+async def test_transcript_events_a_stored_plan_names_are_kept(store: Store, tmp_path: Path) -> None:
+    """A plan's bridge names the removed turns ``transcript:s1:2 .. transcript:s1:4`` for the
+    retrieval tool: while the plan is stored, every event of that range stays; the others go."""
+    t = DEFAULT_TENANT
+    await store.append_transcript(t, "s1", [_event(n, NOW) for n in range(1, 7)], 6, "h")
+    bridge = {"summary": "s", "carried": [], "transcript": ["s1", 2, 4]}
+    await store.put_plan(t, "anchor", "h1", 2, orjson.dumps({"bridge": bridge}).decode())
+    config = _config(plans=KindRetention(0, 0))  # the plan itself is kept
+    service = _service(store, config, _tenancy(tmp_path), lambda: NOW + 100 * DAY)
+    assert (await service.run_once()).deleted == {"transcripts": 3}
+    assert [e.seq for e in await store.transcript_events(t, "s1")] == [2, 3, 4]
+
+
+async def test_the_source_audit_trail_is_collected_by_age(store: Store, tmp_path: Path) -> None:
+    def row(tenant: str, days: float) -> AuditRow:
+        return AuditRow(tenant, "s1", "transcript:s1:1", "missing", None, "store", "", 0.1,
+                        "request:chk", iso(NOW - days * DAY))  # fmt: skip
+
+    await append_audit(store, [row("acme", 0), row("acme", 100), row("globex", 95)])
+    assert RetentionConfig().source_audit == KindRetention(90.0, 0)
+    service = _service(store, RetentionConfig(), _tenancy(tmp_path), lambda: NOW)
+    assert (await service.run_once()).deleted == {"source_audit": 2}
+    assert len(await list_audit(store, AuditQuery("acme"))) == 1
+    assert await list_audit(store, AuditQuery("globex")) == ()
