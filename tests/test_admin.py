@@ -1145,3 +1145,39 @@ def test_the_openapi_file_lists_exactly_the_mounted_routes() -> None:
         path = path.replace("{kind:facts|pending|evidence}", "{kind}").replace("{item_id}", "{id}")
         mounted.add((route.method, path))
     assert documented == mounted and len(mounted) == 18
+
+
+def test_a_resource_error_while_checking_sources_is_never_a_500(admin: Admin) -> None:
+    """EMFILE from the file side (not a property of any source): the injection renders the
+    store-unavailable block, and a retrieval/admin fetch answers ``missing``, audited as such."""
+    import errno
+
+    from proxy.core.render import render_unavailable
+    from proxy.server.durable import DurableContext
+    from proxy.sources.checks import SourceChecks
+
+    acme = admin.acme
+    assert acme.sources.artifact_root is not None
+    artifact = write_artifact(acme.sources.artifact_root, "s1", "out.txt", b"tool output\n")
+    change = {"op": "create", "kind": "fact", "item": fact("f1", source=artifact)}
+    r = admin.call("POST", "/admin/v1/sessions/s1/changes", json={"changes": [change]})
+    assert r.status_code == 200, r.text
+
+    def no_fds(path: str, flags: int, dir_fd: int | None = None) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    starved = SourceResolver(opener=no_fds)
+    injection = admin.run(DurableContext(admin.store, starved).injection("acme", acme.sources, "s1"))
+    assert injection.block == render_unavailable() and not injection.available
+    checks = SourceChecks(starved, admin.store)
+    try:
+        fetched = admin.run(checks.fetch("acme", acme.sources, artifact, session="s1"))
+        assert fetched.resolution.status == "missing" and fetched.data is None
+    finally:
+        admin.run(checks.close())
+    healthy = SourceChecks(SourceResolver(), admin.store)
+    try:
+        ok = admin.run(healthy.fetch("acme", acme.sources, artifact))
+    finally:
+        admin.run(healthy.close())
+    assert ok.resolution.status == "available" and ok.data == b"tool output\n"

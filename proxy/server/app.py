@@ -341,7 +341,13 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
 
         try:
             if retrieval is not None and upstream.status == 200:
-                response, outcome = await retrieval.run(upstream, extra_headers, before_upstream, feed)
+                try:
+                    response, outcome = await retrieval.run(
+                        upstream, extra_headers, before_upstream, feed
+                    )
+                except ProxyError as exc:  # a 502 before the answer: still reported in full
+                    exc.headers = {**extra_headers, **exc.headers}
+                    raise
             else:
                 response, outcome = await forwarder.relay(
                     request,

@@ -144,8 +144,8 @@ class DurableContext:
             resolutions = await self.checks.resolve_many(
                 tenant, policy, pointers, session=session, asked_by=f"request:{check_id}"
             )
-        except StoreError as exc:
-            log.warning("[durable] store unavailable for a pointer check: %s", type(exc).__name__)
+        except (StoreError, OSError) as exc:  # the store, or resources (EMFILE...): never a 500
+            log.warning("[durable] sources could not be checked: %s", type(exc).__name__)
             return Injection(render_unavailable(), {}, False)
         counts: dict[str, int] = dict(Counter(r.status for r in resolutions))
         block = render_state(state, dict(zip(pointers, resolutions, strict=True)))

@@ -362,7 +362,7 @@ class ClientCall:
         its round's usage (``None`` when the round reported none or its call failed)."""
         if self._recorder is None:
             return
-        self.record(status, usages[0] if usages else None, request_id)
+        self.record(status, (usages[0] or None) if usages else None, request_id)
         model = self._body.get("model")
         for i, hidden in enumerate(continuations, start=1):
             usage = usages[i] if i < len(usages) else None

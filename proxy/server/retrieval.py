@@ -52,7 +52,7 @@ from proxy.core.compaction.retrieval import (
     parse_call,
     sum_usage,
 )
-from proxy.core.pointers import BadPointer, TranscriptPointer, parse_pointer
+from proxy.core.pointers import ArtifactPointer, BadPointer, TranscriptPointer, parse_pointer
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable, new_request_id, sse_error_event
 from proxy.server.forward import Forwarder, RelayOutcome, response_headers_for_client
 from proxy.server.splice import PING, Splice, split_events
@@ -148,6 +148,16 @@ async def read_source(
         return fetched.resolution.status, None
     if len(data) > MAX_SOURCE_BYTES:
         return "corrupt", None
+    if len(data) <= INLINE_BYTES:
+        return _source_text(parsed, data)
+    return await asyncio.to_thread(_source_text, parsed, data)  # never a long decode on the loop
+
+
+# A source up to this size is turned into text on the event loop (a thread hop costs more).
+INLINE_BYTES = 256 << 10
+
+
+def _source_text(parsed: TranscriptPointer | ArtifactPointer, data: bytes) -> tuple[str, str | None]:
     if isinstance(parsed, TranscriptPointer):
         try:
             record = orjson.loads(data)
@@ -521,12 +531,13 @@ class RetrievalLoop:
                     try:
                         async with self._pinging(write):
                             results = await self._answer(calls)
-                            current = await self._continue(self._extend(assistant, results))
+                            current = await stack.enter_async_context(
+                                await self._continue(self._extend(assistant, results))
+                            )  # closed with the stack even if cancelled right here
                     except _Failed as failed:
                         await write(sse_error_event(failed.error_type, failed.message, request_id))
                         await response.write_eof()
                         return response, outcome
-                    await stack.enter_async_context(current)
                     splice.start_round()
                     continue
                 released, client_call = splice.release(drop_client_calls=False)

@@ -177,7 +177,8 @@ class SourceChecks:
         """One pointer's resolution and, when ``available``, the exact verified bytes (an
         artifact's content, a transcript event's record): the same order of checks as
         :meth:`resolve_many` (grammar, policy, then the backend), audited the same way. A store
-        that cannot be read renders ``missing`` (audited ``unavailable:store``)."""
+        that cannot be read, or a resource error of the file side, renders ``missing`` (audited
+        ``unavailable:...``)."""
         started = time.perf_counter()
         parsed = parse_pointer(pointer)
         backend, detail = "none", ""
@@ -200,6 +201,9 @@ class SourceChecks:
                 fetched = await self.pointers.fetch(tenant, policy, pointer)
             except StoreError:
                 fetched, detail = Fetched(Resolution("missing", None), None), "unavailable:store"
+            except OSError as exc:  # resources (EMFILE...), not a property of the source
+                fetched = Fetched(Resolution("missing", None), None)
+                detail = f"unavailable:{type(exc).__name__}"
             if (
                 isinstance(parsed, ArtifactPointer)
                 and policy.signing is not None
