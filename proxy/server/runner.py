@@ -122,7 +122,12 @@ def reload_policies(app: web.Application, config: Config) -> None:
     try:
         tenancy = load_tenancy(config)
     except ConfigError as exc:
-        log.error("policies not reloaded, the previous ones stay in force:\n%s", exc)
+        log.error(
+            "policies not reloaded, the previous ones stay in force (%d problem(s)):",
+            len(exc.errors),
+        )
+        for line in str(exc).splitlines():  # one record per problem (at most 50, then a count)
+            log.error("  %s", line)
         return
     app[TENANCY].current = tenancy
     log.info("policies reloaded: auth.mode %s, %d tenant(s)", tenancy.mode, len(tenancy.tenants))
