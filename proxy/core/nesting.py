@@ -4,17 +4,53 @@ Every later step (hashing, token counting, marker handling, re-serialising a cha
 recording the transcript) can then rely on it: nothing nests deeper than :data:`MAX_DEPTH`
 levels of objects and arrays, counted from the body itself (the body is level 1, ``messages``
 level 2, a message level 3). orjson writes at most 254 levels; real requests use a few dozen.
-Iterative: no recursion, whatever the input. Pure.
+
+The check is fast where nothing is too deep: orjson's serializer refuses to write more than 254
+nested containers, so a level-2 value wrapped in ``MAX_DEPTH - 1`` lists serialises iff nothing
+in it is deeper than level ``MAX_DEPTH`` (one C pass, no Python walk). When it does not (or when
+this orjson's limit is not the one measured at import), the exact walk below decides and names
+the path. The walk is iterative: no recursion, whatever the input. Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "nesting_violation", "too_deep"]
+import orjson
+
+__all__ = ["MAX_DEPTH", "fits", "nesting_violation", "too_deep"]
 
 MAX_DEPTH = 128
+# orjson writes at most this many nested containers ("Recursion limit reached" beyond)
+_ORJSON_LEVELS = 254
+
+
+def _nested(value: Any, levels: int) -> Any:
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def _writes(value: Any) -> bool:
+    try:
+        orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError included
+        return False
+    return True
+
+
+# the fast check holds only for the limit it was built on: probed once
+_FAST = _writes(_nested(None, _ORJSON_LEVELS)) and not _writes(_nested(None, _ORJSON_LEVELS + 1))
+
+
+def fits(value: Any, level: int = 2) -> bool:
+    """Whether nothing in ``value`` (a value at ``level``) is nested deeper than
+    :data:`MAX_DEPTH` levels, by the fast check; ``False`` also means "not known"."""
+    if not isinstance(value, dict | list):
+        return True
+    wrap = _ORJSON_LEVELS - MAX_DEPTH + level - 1
+    return _FAST and wrap >= 0 and _writes(_nested(value, wrap))
 
 
 def _children(value: Any) -> Iterator[tuple[str | int, Any]]:
@@ -54,17 +90,25 @@ def _dotted(path: tuple[str | int, ...], shown: int = 8) -> str:
     return ".".join(parts)
 
 
-def nesting_violation(body: dict[str, Any], checked_messages: int = 0) -> str | None:
+def nesting_violation(
+    body: dict[str, Any], checked_messages: int = 0, checked_members: Collection[str] = ()
+) -> str | None:
     """The error text for a body nested deeper than :data:`MAX_DEPTH`, or ``None``.
 
     ``checked_messages``: leading messages already checked (the same objects as in an earlier,
-    accepted body) are not walked again."""
+    accepted body) are not checked again; nor are the members named in ``checked_members``
+    (values of an earlier, accepted body)."""
     for name, value in body.items():
         if name == "messages" and isinstance(value, list):
+            new = value[checked_messages:]
+            if fits(new):  # the new messages, at level 3 as a level-2 list's elements
+                continue
             for i in range(checked_messages, len(value)):
                 found = too_deep(value[i], 3)
                 if found is not None:
                     return _message(("messages", i, *found))
+            continue
+        if name in checked_members or fits(value):
             continue
         found = too_deep(value, 2)
         if found is not None:

@@ -5,27 +5,31 @@ body of turn N up to somewhere in its last messages (the client moves its ``cach
 breakpoint), then the new messages and the rest of the request. ``BodyMemo.parse`` parses only
 what changed and hands back, for the messages it parsed before, the very same objects. The
 result is always the value ``orjson.loads`` gives for the whole body (equal, with the same key
-order), or ``orjson.loads`` is what ran.
+order), or ``orjson.loads`` is what ran. Any layout works alike: compact, ``json.dumps``
+defaults (``", "``, ``": "``, ASCII escapes), indented, any whitespace between tokens, keys in
+any order -- as long as a client writes its history the same way from turn to turn.
 
 How, for a body ``text`` and a body ``prev`` remembered from an earlier request:
 
-1. ``prev`` knows where its top-level ``messages`` array starts and where each element ends: at
-   learning time each element's compact JSON (``orjson.dumps``) was found there byte for byte,
-   and ``text[:start] + b"]}"`` parsed as an object whose last key is ``messages`` (so the array
-   is the value of the top-level key ``messages``).
+1. ``prev`` knows where its top-level ``messages`` array starts and where each element ends
+   (just after its last byte): at learning time ``text[:start] + b"]}"`` parsed as an object
+   whose last key is ``messages`` (so the array is the value of the top-level key ``messages``),
+   and the elements were located by ``proxy.core.rawjson`` (each one's bytes found where it must
+   be, the array's last ``messages`` member being the one ``orjson`` keeps).
 2. ``j``: the most elements such that ``text`` and ``prev`` are equal up to the end of element
    ``j - 1``. A JSON parser that reads those bytes is then in the same state for both: inside
    the top-level object, inside the ``messages`` array, just after element ``j - 1``, with the
    same values read so far.
-3. The rest, ``text[end_j:]`` (``,`` and more elements, or ``]``; then the other members and
-   ``}``), is parsed alone as the continuation of that state: ``{"<key>":[`` + the rest after its
-   comma, ``<key>`` a random per-process key that no client can know. It parses iff the whole
-   text parses from that state (a trailing comma, ``,]``, is refused separately).
+3. The rest, ``text[end_j:]`` (whitespace, ``,`` and more elements, or ``]``; then the other
+   members and ``}``), is parsed alone as the continuation of that state: ``{"<key>":[`` + the
+   rest after its comma, ``<key>`` a random per-process key that no client can know. It parses
+   iff the whole text parses from that state (a trailing comma, ``,]``, is refused separately).
    When ``text`` ends with the very bytes that followed ``prev``'s last element (the ``]``, then
    ``system``, ``tools``, ...: Claude Code sends those after ``messages``), only the new elements
-   between are parsed, as ``[`` + them + ``]`` (that parses iff they are values separated by
+   between are parsed, as ``[[`` + them + ``]]`` (that parses iff they are values separated by
    commas, which leaves the parser after an element, the state those bytes followed in
-   ``prev``), and the members after the array are ``prev``'s.
+   ``prev``; nested as deep as in the body, so orjson's depth limit holds), and the members
+   after the array are ``prev``'s.
 4. The body is the remembered members before ``messages`` (a new dict with their keys in order),
    ``messages`` = the ``j`` remembered elements + the new ones, then the continuation's members
    assigned in order: ``orjson`` keeps a duplicated key at its first position with its last value,
@@ -38,7 +42,12 @@ Objects are shared between the requests of a conversation: the proxy never mutat
 (the compaction core never mutates its input, the edge builds new dicts and lists). Each entry
 also carries what was learnt about its messages: the validator's checkpoints
 (``protocol.scan_messages``) and the compaction digests (``Resent``), both functions of the
-messages' values.
+messages' values. ``Parsed.reused_members`` names the other members whose values are those of
+the remembered body (the edge does not check their nesting again).
+
+Cost: a continued body costs a compare of the remembered bytes (memcmp) plus parsing what is new;
+learning where a never-seen body's elements end is one msgspec scan of the text (no values built)
+and one compare; learning a continued body's new elements scans only those.
 
 Memory: entries are kept in an LRU bounded by the total size of their texts (the parsed objects
 take a few times that), 16 MiB by default: some 45 conversations of ~360 KiB; a conversation
@@ -51,6 +60,7 @@ start-up and a request leaves few survivors), but the reason for the bound. Bodi
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -62,10 +72,10 @@ import xxhash
 
 from proxy.core.compaction.digest import Digests, Resent
 from proxy.core.protocol import Checkpoint
+from proxy.core.rawjson import array_starts, element_ends, elements
 
 __all__ = ["BodyMemo", "Parsed"]
 
-_OPEN = b'"messages":['
 # bytes of the first message that go into the lookup key with the members before it: bodies
 # whose first messages differ early are apart; the others (agents often start every session with
 # the same long preamble) share a key, and are told apart by their first message, then more
@@ -73,6 +83,12 @@ _PROBE = 256
 # A body that re-uses all but at most this many of a remembered body's messages is its next turn
 # (an agent's client moves its cache breakpoint into the last few messages).
 _SAME_CONVERSATION = 4
+# "messages" keys tried for the top-level array (a nested one comes first only when a member
+# before the array holds one)
+_TRIED_STARTS = 4
+_COMMA = re.compile(rb"[ \t\n\r]*,")
+_NEXT = re.compile(rb"[ \t\n\r]*([,\]])")
+_EMPTY: frozenset[str] = frozenset()
 
 
 @dataclass(slots=True, eq=False)
@@ -83,13 +99,15 @@ class _Entry:
     probe: int
     text: bytes
     head: dict[str, Any]  # the members before the array; "messages" at its place, value []
-    start: int  # offset of the first element (just after ``[``)
-    ends: list[int]  # ends[k]: offset just after element k (its ``,`` or the ``]``)
+    start: int  # offset just after the array's ``[``
+    ends: list[int]  # ends[k]: offset just after element k's last byte
     messages: list[Any]  # the elements, parsed (len(messages) == len(ends))
-    # when every element is known: the bytes from the array's ``]`` to the end, and the members
-    # they hold (parsed; never ``messages``)
+    # when every element is known: the bytes from the end of the last element (whitespace, the
+    # array's ``]``) to the end, and the members they hold (parsed when first needed; never
+    # ``messages``; ``None`` when they cannot be parsed alone)
     trailer: bytes | None = None
     members: dict[str, Any] | None = None
+    members_known: bool = False
     digests: Digests | None = None  # of ``messages`` (when compaction hashed them)
     checkpoints: tuple[Checkpoint, ...] = ()  # validator states after the first k messages
 
@@ -97,17 +115,23 @@ class _Entry:
 @dataclass(slots=True, eq=False)
 class Parsed:
     """A parsed body; ``reused``: how many leading messages are objects of an earlier body
-    (``body["messages"]`` is then a ``Resent``). ``remember`` keeps it for the next turn."""
+    (``body["messages"]`` is then a ``Resent``); ``reused_members``: the other members whose
+    values are those of that body. ``remember`` keeps it for the next turn."""
 
     body: Any
     text: bytes
     scope: str
     reused: int = 0
     checkpoint: Checkpoint | None = None  # the latest one at or before ``reused``
+    reused_members: frozenset[str] = _EMPTY
     _prev: _Entry | None = None
     _memo: BodyMemo | None = None
     _entry: _Entry | None = field(default=None)
     _members: dict[str, Any] | None = None  # the members after the array (when continued)
+    # where the new elements are in ``text`` (when continued with some): from ``_at`` (after
+    # the comma) to ``_stop`` (where the remembered trailer starts; -1: the rest of the text)
+    _at: int = -1
+    _stop: int = -1
 
     @property
     def rememberable(self) -> bool:
@@ -131,6 +155,18 @@ class Parsed:
             a is b for a, b in zip(entry.messages, digests.messages, strict=False)
         ):
             entry.digests = digests
+
+
+@dataclass(slots=True, frozen=True)
+class _Tail:
+    """What follows the remembered elements in a new text: the new elements, the members after
+    the array, where the new elements are, and whether those members are the remembered ones."""
+
+    elements: list[Any]
+    members: dict[str, Any]
+    at: int = -1
+    stop: int = -1
+    same_members: bool = False
 
 
 class BodyMemo:
@@ -160,12 +196,15 @@ class BodyMemo:
     def parse(self, scope: str, text: bytes) -> Parsed:
         """``orjson.loads(text)``, re-using a remembered body of ``scope`` when ``text`` starts
         like it. Raises what ``orjson.loads`` raises."""
-        if len(text) >= self.min_bytes:
-            start = text.find(_OPEN) + len(_OPEN)
-            if start >= len(_OPEN):
-                probe = _probe(text, start)
+        if len(text) >= self.min_bytes and self._by_probe:
+            for tried, start in enumerate(array_starts(text)):
+                if tried == _TRIED_STARTS:
+                    break
+                group = self._by_probe.get((scope, _probe(text, start)))
+                if group is None:
+                    continue
                 best: tuple[int, _Entry] | None = None
-                for entry in self._by_probe.get((scope, probe), ()):
+                for entry in group:
                     if entry.start != start or not _same_first(text, entry):
                         continue  # another conversation (one compare, to its first difference)
                     j = _common(text, entry)
@@ -176,6 +215,7 @@ class BodyMemo:
                     if parsed is not None:
                         self.hits += 1
                         return parsed
+                break
         self.misses += 1
         return Parsed(orjson.loads(text), text, scope, _memo=self)
 
@@ -183,58 +223,80 @@ class BodyMemo:
         """The body of ``text`` from ``entry``'s first ``j`` elements and the rest parsed alone;
         ``None`` when the rest is not a plain continuation (parse it all instead)."""
         end = entry.ends[j - 1]
-        found = self._between(text, end, entry)
-        if found is None:
-            found = self._rest(text, end)
-        if found is None:
+        tail = self._between(text, end, entry) or self._rest(text, end)
+        if tail is None:
             return None
-        tail, members = found
+        members = tail.members
         body = dict(entry.head)
-        body["messages"] = Resent([*entry.messages[:j], *tail], entry.digests)
+        body["messages"] = Resent([*entry.messages[:j], *tail.elements], entry.digests)
         for name, value in members.items():
             body[name] = value
+        if tail.same_members:  # the remembered body's values, all of them
+            reused = frozenset(body)
+        elif entry.members_known and entry.members is not None:
+            # the members before the array that nothing after it overrides, then or now
+            old = entry.members
+            reused = frozenset(n for n in entry.head if n not in members and n not in old)
+        else:
+            reused = _EMPTY
         checkpoint = None
         for cp in entry.checkpoints:
             if cp.index <= j and (checkpoint is None or cp.index > checkpoint.index):
                 checkpoint = cp
-        return Parsed(body, text, scope, j, checkpoint, entry, self, _members=members)
+        return Parsed(
+            body,
+            text,
+            scope,
+            j,
+            checkpoint,
+            reused - {"messages"},
+            entry,
+            self,
+            _members=members,
+            _at=tail.at,
+            _stop=tail.stop,
+        )
 
-    def _between(
-        self, text: bytes, end: int, entry: _Entry
-    ) -> tuple[list[Any], dict[str, Any]] | None:
+    def _between(self, text: bytes, end: int, entry: _Entry) -> _Tail | None:
         """The new elements when ``text`` ends with ``entry``'s trailer, and its members."""
-        trailer, members = entry.trailer, entry.members
-        if trailer is None or members is None:
+        trailer = entry.trailer
+        if trailer is None:
             return None
         stop = len(text) - len(trailer)
         if stop < end or not text.endswith(trailer):
             return None
-        if stop == end:
-            return [], members
-        if text[end : end + 1] != b",":
-            return None
-        try:
-            # nested as deep as in the body (``{"messages":[``), so orjson's depth limit holds
-            tail = orjson.loads(b"[[" + text[end + 1 : stop] + b"]]")[0]
-        except orjson.JSONDecodeError:
-            return None
-        if not tail:  # "," alone: a trailing comma
-            return None
-        return tail, members
-
-    def _rest(self, text: bytes, end: int) -> tuple[list[Any], dict[str, Any]] | None:
-        """The new elements and the members after the array, parsed from ``text[end:]``."""
-        rest = text[end:]
-        more = rest[:1] == b","
-        if not more and rest[:1] != b"]":
-            return None
-        members = self._members(rest[1:] if more else rest)
+        members = self._trailer_members(entry)
         if members is None:
             return None
-        tail = members.pop(self._key.decode())
-        if more and not tail:  # ",]": a trailing comma, which the whole text does not allow
+        if stop == end:
+            return _Tail([], members, same_members=True)
+        comma = _COMMA.match(text, end)
+        if comma is None or comma.end() > stop:
             return None
-        return tail, members
+        at = comma.end()
+        try:
+            # nested as deep as in the body (``{"messages":[``), so orjson's depth limit holds
+            elements = orjson.loads(b"[[" + text[at:stop] + b"]]")[0]
+        except orjson.JSONDecodeError:
+            return None
+        if not elements:  # "," alone: a trailing comma
+            return None
+        return _Tail(elements, members, at, stop, same_members=True)
+
+    def _rest(self, text: bytes, end: int) -> _Tail | None:
+        """The new elements and the members after the array, parsed from ``text[end:]``."""
+        found = _NEXT.match(text, end)
+        if found is None:
+            return None
+        more = found.group(1) == b","
+        at = found.end() if more else found.end() - 1
+        members = self._members(text[at:])
+        if members is None:
+            return None
+        elements = members.pop(self._key.decode())
+        if more and not elements:  # ",]": a trailing comma, which the whole text does not allow
+            return None
+        return _Tail(elements, members, at if more else -1)
 
     def _members(self, rest: bytes) -> dict[str, Any] | None:
         """``rest`` (elements, ``]``, members, ``}``) parsed after ``{"<key>":[``; ``None``
@@ -246,6 +308,15 @@ class BodyMemo:
         if type(parsed) is not dict or "messages" in parsed:
             return None
         return parsed
+
+    def _trailer_members(self, entry: _Entry) -> dict[str, Any] | None:
+        """The members in ``entry``'s trailer, parsed the first time they are needed."""
+        if not entry.members_known and entry.trailer is not None:
+            members = self._members(entry.trailer)
+            if members is not None:
+                del members[self._key.decode()]
+            entry.members, entry.members_known = members, True
+        return entry.members
 
     # --- learning --------------------------------------------------------------------------
 
@@ -270,23 +341,12 @@ class BodyMemo:
         if prev is not None:
             start, head = prev.start, prev.head
             ends = prev.ends[: parsed.reused]
+            ends += _new_ends(parsed, len(messages) - parsed.reused) or []
         else:
-            start = text.find(_OPEN) + len(_OPEN)
-            if start < len(_OPEN) or text[start - len(_OPEN) - 1 : start - len(_OPEN)] not in (
-                b"{",
-                b",",
-            ):
+            found = _locate(text, len(messages))
+            if found is None:
                 return None
-            try:
-                head = orjson.loads(text[:start] + b"]}")
-            except orjson.JSONDecodeError:
-                return None
-            if type(head) is not dict or next(reversed(head), None) != "messages":
-                return None
-            ends = []
-        ends += _element_ends(text, messages, start, ends)
-        if not ends:
-            return None
+            start, head, ends = found
         count = len(ends)
         entry = _Entry(
             parsed.scope,
@@ -298,17 +358,10 @@ class BodyMemo:
             list(messages[:count]),
             checkpoints=tuple(cp for cp in checkpoints if cp.index <= count),
         )
-        if count == len(messages) and text[ends[-1] : ends[-1] + 1] == b"]":
-            trailer = text[ends[-1] :]
-            if prev is not None and prev.trailer == trailer:
-                entry.trailer, entry.members = prev.trailer, prev.members
-            else:
-                members = parsed._members
-                if members is None:  # parsed in full: the members after the array, alone
-                    members = self._members(trailer)
-                    if members is not None:
-                        del members[self._key.decode()]
-                entry.trailer, entry.members = trailer, members
+        if count == len(messages):
+            entry.trailer = text[ends[-1] :]
+            if parsed._members is not None:  # continued: the members after the array, parsed
+                entry.members, entry.members_known = parsed._members, True
         self._add(entry)
         return entry
 
@@ -361,25 +414,36 @@ def _common(text: bytes, entry: _Entry) -> int:
     return lo
 
 
-def _element_ends(text: bytes, messages: Sequence[Any], start: int, ends: list[int]) -> list[int]:
-    """The ends of the elements after the first ``len(ends)`` (whose ends are ``ends``), as far
-    as each one's compact JSON is in ``text`` where the element must be."""
-    pos = ends[-1] + 1 if ends else start  # the first byte of the next element
-    out: list[int] = []
-    for i in range(len(ends), len(messages)):
+def _locate(text: bytes, count: int) -> tuple[int, dict[str, Any], list[int]] | None:
+    """Where the top-level ``messages`` array of a never-seen ``text`` (valid JSON, ``count``
+    elements) starts, the members before it, and where its elements end."""
+    for tried, start in enumerate(array_starts(text)):
+        if tried == _TRIED_STARTS:
+            return None
         try:
-            element = orjson.dumps(messages[i])
-        except TypeError:
+            head = orjson.loads(text[:start] + b"]}")
+        except orjson.JSONDecodeError:
+            continue  # a nested "messages" key
+        if type(head) is dict and next(reversed(head), None) == "messages":
             break
-        end = pos + len(element)
-        if not text.startswith(element, pos):
-            break
-        sep = text[end : end + 1]
-        if sep == b",":
-            out.append(end)
-            pos = end + 1
-        elif sep == b"]" and i == len(messages) - 1:
-            out.append(end)
-        else:
-            break
-    return out
+    else:
+        return None
+    raws = elements(text)
+    if raws is None or len(raws) != count:
+        return None
+    ends = element_ends(text, start, raws)
+    return None if ends is None else (start, head, ends)
+
+
+def _new_ends(parsed: Parsed, count: int) -> list[int] | None:
+    """The ends of the ``count`` elements a continued body added after the reused ones."""
+    if count == 0:
+        return []
+    text, at, stop = parsed.text, parsed._at, parsed._stop
+    if at < 0:
+        return None
+    region = text[at:stop] + b"]}" if stop >= 0 else text[at:]
+    raws = elements(b'{"messages":[' + region)
+    if raws is None or len(raws) != count:
+        return None
+    return element_ends(text, at, raws)

@@ -259,7 +259,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     body = parsed.body
     n = len(body["messages"])
     keep = range(max(0, n - CHECKPOINTS_KEPT), n + 1) if parsed.rememberable else ()
-    too_deep = nesting_violation(body, parsed.reused)
+    too_deep = nesting_violation(body, parsed.reused, parsed.reused_members)
     if too_deep is not None:
         raise InvalidRequest(too_deep)
     violation, checkpoints = scan_messages(body["messages"], parsed.checkpoint, keep)
