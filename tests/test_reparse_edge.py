@@ -10,6 +10,7 @@ views, opted-out requests, broken requests and the token-counting route included
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx2 as httpx
@@ -56,8 +57,16 @@ def step(i: int) -> list[dict[str, Any]]:
     ]
 
 
-def body(messages: list[dict[str, Any]], **extra: Any) -> bytes:
-    """Claude Code's layout, and its breakpoint on the last block of the last message."""
+STYLES = {
+    "compact": orjson.dumps,  # as Claude Code writes
+    "spaced": lambda value: json.dumps(value).encode(),  # Python's defaults: ", ", ": ", \\u
+    "indented": lambda value: json.dumps(value, indent=2, sort_keys=True).encode(),
+}
+
+
+def body(messages: list[dict[str, Any]], style: str = "compact", **extra: Any) -> bytes:
+    """Claude Code's members and its breakpoint on the last block of the last message, written
+    in ``style``."""
     last = messages[-1]
     marked = {
         **last,
@@ -66,7 +75,7 @@ def body(messages: list[dict[str, Any]], **extra: Any) -> bytes:
             {**last["content"][-1], "cache_control": {"type": "ephemeral"}},
         ],
     }
-    return orjson.dumps(
+    return STYLES[style](
         {
             "model": "claude-fake-1",
             "messages": [*messages[:-1], marked],
@@ -136,8 +145,9 @@ def compare(
     return got
 
 
+@pytest.mark.parametrize("style", sorted(STYLES))
 def test_a_conversation_is_forwarded_as_if_every_body_were_parsed_afresh(
-    upstream: FakeUpstream, proxies: tuple[ProxyServer, ProxyServer]
+    upstream: FakeUpstream, proxies: tuple[ProxyServer, ProxyServer], style: str
 ) -> None:
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": [{"type": "text", "text": "Read the files. " * 200}]}
@@ -145,32 +155,33 @@ def test_a_conversation_is_forwarded_as_if_every_body_were_parsed_afresh(
     plans: list[str] = []
     for i in range(24):
         messages += step(i)
-        response = compare(upstream, proxies, body(messages))
+        response = compare(upstream, proxies, body(messages, style))
         plans.append(response.headers["x-compaction-plan"])
         if i % 5 == 2:  # the same turn opted out, as another client would send it
             compare(
                 upstream,
                 proxies,
-                body(messages, metadata={"user_id": "other"}),
+                body(messages, style, metadata={"user_id": "other"}),
                 **{"x-compaction": "off"},
             )
         if i % 7 == 3:
-            compare(upstream, proxies, body(messages), path="/v1/messages/count_tokens")
+            compare(upstream, proxies, body(messages, style), path="/v1/messages/count_tokens")
     assert "new" in plans and "reused" in plans  # compaction happened, then its plan was reused
     memo: BodyMemo = proxies[0].app[BODIES]
     assert memo.hits >= 20
     assert len(proxies[1].app[BODIES]) == 0
 
 
+@pytest.mark.parametrize("style", ["compact", "spaced"])
 def test_broken_turns_are_refused_alike_and_the_conversation_goes_on(
-    upstream: FakeUpstream, proxies: tuple[ProxyServer, ProxyServer]
+    upstream: FakeUpstream, proxies: tuple[ProxyServer, ProxyServer], style: str
 ) -> None:
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": [{"type": "text", "text": "Go. " * 800}]}
     ]
     for i in range(6):
         messages += step(i)
-        compare(upstream, proxies, body(messages))
+        compare(upstream, proxies, body(messages, style))
     # a result for a call that was never made, a dropped result, then bad JSON in the new part
     stray = [
         *messages,
@@ -180,20 +191,31 @@ def test_broken_turns_are_refused_alike_and_the_conversation_goes_on(
             "content": [{"type": "tool_result", "tool_use_id": "toolu_nope", "content": "x"}],
         },
     ]
-    assert compare(upstream, proxies, body(stray)).status_code == 400
+    assert compare(upstream, proxies, body(stray, style)).status_code == 400
     dropped = [
         *messages,
         *step(6)[:1],
         {"role": "user", "content": [{"type": "text", "text": "and?"}]},
     ]
-    assert compare(upstream, proxies, body(dropped)).status_code == 400
-    good = body([*messages, *step(6)])
-    bad = good.replace(b'{"path":"/r/6.py"}}', b'{"path":"/r/6.py"},}')
+    assert compare(upstream, proxies, body(dropped, style)).status_code == 400
+    # a new message nested one level deeper than the bound (the body is level 1; the tool
+    # input at 6, its "v" at 7): the same 400, naming the same path
+    call = step(6)
+    deep: Any = "bottom"
+    for _ in range(129 - 6):
+        deep = [deep]
+    call[0]["content"][1]["input"] = {"v": deep}
+    refused = compare(upstream, proxies, body([*messages, *call], style))
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"].startswith("messages.13.content.1.input.v.0.0....(120 more): JSON nested deeper")
+    good = body([*messages, *step(6)], style)
+    at = good.index(b'"/r/6.py"')
+    bad = good[: good.index(b"}", at)] + b",}" + good[good.index(b"}", at) + 1 :]
     assert bad != good
     assert compare(upstream, proxies, bad).status_code == 400
     assert compare(upstream, proxies, good[:-40]).status_code == 400
     messages += step(6)
-    assert compare(upstream, proxies, body(messages)).status_code == 200
+    assert compare(upstream, proxies, body(messages, style)).status_code == 200
     assert proxies[0].app[BODIES].hits >= 6
 
 
