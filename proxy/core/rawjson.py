@@ -74,7 +74,9 @@ def array_starts(text: bytes) -> Iterator[int]:
             plain.add(match.end())
             yield match.end()
         at = text.find(_KEY, at + len(_KEY))
-    if b"\\u" in text:
+    # only a writer that escapes plain letters spells them so (``\\u0061``-``\\u007a``): real
+    # ones never do, and the search is not made
+    if b"\\u006" in text or b"\\u007" in text:
         for match in _ANY_KEY.finditer(text):
             if match.end() not in plain:
                 yield match.end()
