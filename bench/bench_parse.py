@@ -21,8 +21,9 @@ The work timed per request is what ``handle_messages`` does before compaction:
 * **in order**: the whole replay on a fresh memo, request after request (the memo remembers from
   64 KiB on: the early turns are parsed in full by both); mean and p50 over the requests (each
   request's median over ``--repeats`` replays), and how many messages were reused in total.
-* **cold**: the last turn (~310 KB), each time under a new scope (never seen: a full parse and
-  learning where its elements end); median over ``--cold-runs``, split by step.
+* **cold**: the last turn (~310 KB), each time under a new scope on an empty memo, after a full
+  garbage collection (never seen: a full parse and learning where its elements end); median
+  over ``--cold-runs``, split by step.
 
 Each checkout runs in its own subprocess (``sys.path[0]`` = its root, so ``proxy`` is imported
 from there), the styles interleaved between the two, so the comparison is side by side in one
@@ -128,9 +129,10 @@ def _worker(root: str, style: str, transcript: str, repeats: int, cold_runs: int
             reused += edge(memo, "s", text)
             per_request[i].append(clock() - t)
     in_order = [statistics.median(times) / 1e6 for times in per_request]
-    memo = BodyMemo()
     cold: list[list[int]] = []
     for run in range(cold_runs):
+        memo = BodyMemo()  # (a memo full of other bodies would add their garbage collection)
+        gc.collect()
         steps: list[int] = []
         edge(memo, f"cold-{run}", texts[-1], steps)
         cold.append(steps)
