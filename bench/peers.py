@@ -2,7 +2,7 @@
 
 ```
 python bench/peers.py install litellm headroom   # once: a venv per peer under the cache dir (pip, PyPI)
-python bench/peers.py check                      # each installed peer end to end, then ~200 requests
+python bench/peers.py check                      # each installed peer end to end, then 200 JSON + 200 SSE timed
 ```
 
 The cache dir is ``~/.cache/context-proxy-bench/peers/<name>-<version>/`` (``CONTEXT_PROXY_BENCH_PEERS``
@@ -33,6 +33,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -356,7 +357,7 @@ async def _check(names: Sequence[str], n: int) -> int:
                         msg = await sdk.messages.create(
                             model="claude-sonnet-4-5", max_tokens=64,
                             messages=[{"role": "user", "content": "Say hello (é, 漢字)."}])
-                        print(f"   JSON: {msg.id} stop_reason={msg.stop_reason} text={msg.content[0].text!r}")  # type: ignore[union-attr]
+                        print(f"   JSON: {msg.id} stop_reason={msg.stop_reason} text={_text(msg)!r}")
                         events = 0
                         async with sdk.messages.stream(
                             model="claude-sonnet-4-5", max_tokens=64,
@@ -365,7 +366,7 @@ async def _check(names: Sequence[str], n: int) -> int:
                                 events += 1
                             final = await stream.get_final_message()
                         print(f"   SSE: {events} events, stop_reason={final.stop_reason} "
-                              f"text={final.content[0].text!r}")  # type: ignore[union-attr]
+                              f"text={_text(final)!r}")
                     for rec in upstream.requests[seen:]:
                         shown = {k: v for k, v in rec.headers.items()
                                  if k.lower() in ("anthropic-version", "content-type", "user-agent", "anthropic-beta")}
@@ -382,6 +383,10 @@ async def _check(names: Sequence[str], n: int) -> int:
     return 1 if failures else 0
 
 
+def _text(message: Any) -> str:
+    return "".join(block.text for block in message.content if block.type == "text")
+
+
 def _whose_key(headers: Mapping[str, str], client_key: str) -> str:
     """Which credential reached the upstream, without printing it."""
     for header in ("x-api-key", "authorization"):
@@ -395,37 +400,39 @@ def _whose_key(headers: Mapping[str, str], client_key: str) -> str:
 
 
 async def _measure(peer: Peer, direct: str, n: int) -> None:
-    """p50 of ``n`` sequential 1 KB JSON requests via the peer and direct, interleaved (order
+    """For a 1 KB JSON request and the same request with ``"stream": true`` (read to the last
+    byte): p50 of ``n`` sequential requests via the peer and direct, interleaved (the order
     alternating), after a short warm-up; the peer's CPU per request from /proc."""
     import aiohttp
 
     headers = {"x-api-key": "sk-ant-bench-client-not-a-real-key", "anthropic-version": "2023-06-01",
                "content-type": "application/json"}
-    body = _one_kb_body(stream=False)
-    times: dict[str, list[float]] = {"direct": [], "peer": []}
     async with aiohttp.ClientSession() as session:
+        for kind, body in (("JSON", _one_kb_body(stream=False)), ("SSE", _one_kb_body(stream=True))):
 
-        async def once(url: str) -> float:
-            started = time.perf_counter()
-            async with session.post(url + "/v1/messages", data=body, headers=headers) as answer:
-                await answer.read()
-                if answer.status != 200:
-                    raise RuntimeError(f"{url}: HTTP {answer.status}")
-            return time.perf_counter() - started
+            async def once(url: str, body: bytes = body, kind: str = kind) -> float:
+                started = time.perf_counter()
+                async with session.post(url + "/v1/messages", data=body, headers=headers) as answer:
+                    payload = await answer.read()
+                    if answer.status != 200 or (kind == "SSE" and b"event: message_stop" not in payload):
+                        raise RuntimeError(f"{url}: HTTP {answer.status}, {payload[:200]!r}")
+                return time.perf_counter() - started
 
-        for _ in range(20):
-            await once(direct)
-            await once(peer.url)
-        cpu_before = peer.cpu_seconds()
-        for i in range(n):
-            order = (("direct", direct), ("peer", peer.url)) if i % 2 else (("peer", peer.url), ("direct", direct))
-            for label, url in order:
-                times[label].append(await once(url))
-        cpu = peer.cpu_seconds() - cpu_before
-    d50, p50 = _pct(times["direct"], 0.5) * 1e3, _pct(times["peer"], 0.5) * 1e3
-    print(f"   {n} x 1 KB JSON, sequential: direct p50 {d50:.2f} ms, via {peer.name} p50 {p50:.2f} ms, "
-          f"added +{p50 - d50:.2f} ms (p99 added +{(_pct(times['peer'], 0.99) - _pct(times['direct'], 0.99)) * 1e3:.2f} ms); "
-          f"{peer.name} CPU {cpu / n * 1e3:.2f} ms per request; load average {os.getloadavg()[0]:.1f}")
+            times: dict[str, list[float]] = {"direct": [], "peer": []}
+            for _ in range(20):
+                await once(direct)
+                await once(peer.url)
+            cpu_before = peer.cpu_seconds()
+            for i in range(n):
+                order = (("direct", direct), ("peer", peer.url)) if i % 2 else (("peer", peer.url), ("direct", direct))
+                for label, url in order:
+                    times[label].append(await once(url))
+            cpu = peer.cpu_seconds() - cpu_before
+            added = {q: (_pct(times["peer"], q) - _pct(times["direct"], q)) * 1e3 for q in (0.5, 0.99)}
+            print(f"   {n} x 1 KB {kind}, sequential: direct p50 {_pct(times['direct'], 0.5) * 1e3:.2f} ms, "
+                  f"via {peer.name} p50 {_pct(times['peer'], 0.5) * 1e3:.2f} ms: added p50 +{added[0.5]:.2f} ms, "
+                  f"p99 +{added[0.99]:.2f} ms; {peer.name} CPU {cpu / n * 1e3:.2f} ms per request; "
+                  f"load average {os.getloadavg()[0]:.1f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -435,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_install.add_argument("names", nargs="+", choices=PEER_NAMES)
     p_install.add_argument("--force", action="store_true", help="reinstall even if installed")
     p_check = sub.add_parser("check", help="start each installed peer against a fake upstream, send one "
-                             "JSON and one SSE request with the anthropic SDK, then time N requests")
+                             "JSON and one SSE request with the anthropic SDK, then time N of each")
     p_check.add_argument("names", nargs="*", help=f"default: every installed one of {', '.join(PEER_NAMES)}")
     p_check.add_argument("--n", type=int, default=200, help="timed requests per target (default 200)")
     sub.add_parser("status", help="where the peers are and whether they are installed")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -168,7 +169,10 @@ async def test_start_peer_forwards_and_stop_ends_the_process_tree(
         peer.stop()
         await upstream.stop()
     assert peer.proc.returncode is not None
-    assert await asyncio.to_thread(_ends, worker)  # killed with the group (then reaped by init)
+    ended = await asyncio.to_thread(_ends, worker)  # killed with the group (then reaped by init)
+    if not ended:
+        os.kill(worker, signal.SIGKILL)  # leave nothing behind when the test fails
+    assert ended
 
 
 def _worker_and_own_cpu(run: Path, pid: int) -> tuple[int, float]:
