@@ -449,7 +449,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "install":
         for name in args.names:
-            install(name, force=args.force)
+            try:
+                install(name, force=args.force)
+            except (subprocess.CalledProcessError, OSError) as exc:
+                print(f"{name}: install failed ({exc}); {PEERS[name].venv()} stays not installed", file=sys.stderr)
+                return 1
         return 0
     if args.command == "status":
         for name in PEER_NAMES:

@@ -9,6 +9,7 @@ temporary cache dir: a small aiohttp relay with the peer's command name, started
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import sys
@@ -130,6 +131,20 @@ def test_a_peer_that_never_gets_ready_is_stopped(cache_dir: Path, tmp_path: Path
         start_peer("headroom", "http://127.0.0.1:9", tmp_path / "run", ready_timeout=1)
     pid = int((tmp_path / "run" / "pid").read_text())
     assert _gone(pid)
+
+
+@pytest.mark.timeout(300)  # makes a real venv (ensurepip): ~30 s on a busy box
+def test_a_failed_install_leaves_the_peer_not_installed(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "no-such-distribution"  # pip fails at once, without asking an index
+    monkeypatch.setitem(peers.PEERS, "litellm", dataclasses.replace(PEERS["litellm"], requirement=str(missing)))
+    assert peers.main(["install", "litellm"]) == 1
+    assert "litellm: install failed" in capsys.readouterr().err
+    assert (PEERS["litellm"].venv() / "bin" / "python").exists()  # the venv was made ...
+    assert not peers.installed("litellm")  # ... but without the marker it does not count
+    with pytest.raises(PeerUnavailable, match=r"^not installed"):
+        start_peer("litellm", "http://127.0.0.1:9", tmp_path / "run")
 
 
 # --- a started peer: forwarding, environment, process tree, stop ------------------------------
