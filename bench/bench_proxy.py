@@ -484,9 +484,9 @@ def build_workloads(args: argparse.Namespace) -> list[Workload]:
     turns = workloads.session_turns()
     out: list[Workload] = []
     body_1k, sse_1k = workloads.body_1k(), workloads.sse_body_1k()
-    out.append(Workload("json_1k", f"JSON {len(body_1k)} B", args.n_1k, args.warmup,
+    out.append(Workload("json_1k", f"{len(body_1k)} B", args.n_1k, args.warmup,
                         _fixed(body_1k, JSON_HEADERS), _fixed(body_1k, JSON_HEADERS), GOAL_BELOW_THRESHOLD))
-    out.append(Workload("sse_1k", f"SSE {len(sse_1k)} B, 200 events", args.n_sse, max(20, args.warmup // 4),
+    out.append(Workload("sse_1k", f"{len(sse_1k)} B, 200 events", args.n_sse, max(20, args.warmup // 4),
                         _fixed(sse_1k, SSE_HEADERS), _fixed(sse_1k, SSE_HEADERS), GOAL_BELOW_THRESHOLD,
                         sse_expected=b"".join(sse_events())))
     warm_session = min(turns, max(10, args.warmup // 4))
@@ -495,7 +495,7 @@ def build_workloads(args: argparse.Namespace) -> list[Workload]:
     for name, style, headers, goal in session_rows:
         passes = SessionPasses(name, style)
         out.append(Workload(
-            name, f"session {style}{' opt-out' if goal is None else ''}, {args.passes}x{turns}",
+            name, f"{args.passes}x{turns} turns{', x-compaction: off' if goal is None else ''}",
             args.passes * turns, warm_session,
             lambda i, p=passes, h=headers: (p.measured(i), h),
             lambda i, p=passes, h=headers: (p.warm(i), h),
@@ -504,12 +504,12 @@ def build_workloads(args: argparse.Namespace) -> list[Workload]:
     for style in styles:
         name = f"cold_{style}"
         body = _lazy(lambda s=style, n=name: workloads.encode(workloads.last_turn(f"[{n}]"), s))
-        out.append(Workload(name, f"cold last turn, {style}", args.n_cold, max(5, args.warmup // 8),
+        out.append(Workload(name, "last turn, fresh key", args.n_cold, max(5, args.warmup // 8),
                             _cold(body), _cold(body), GOAL_COLD))
     body_500k = _lazy(lambda: workloads.build_body(500 * 1024, result_size=1500))
-    out.append(Workload("json_500k", "JSON 500 KB, cold", args.n_500k, max(5, args.warmup // 8),
+    out.append(Workload("json_500k", "fresh key", args.n_500k, max(5, args.warmup // 8),
                         _cold(body_500k), _cold(body_500k), GOAL_COLD))
-    out.append(Workload("json_500k_resend", "JSON 500 KB, exact re-send", args.n_500k, max(5, args.warmup // 8),
+    out.append(Workload("json_500k_resend", "exact re-send", args.n_500k, max(5, args.warmup // 8),
                         lambda _i: (body_500k(), JSON_HEADERS), lambda _i: (body_500k(), JSON_HEADERS), None))
     return [w for w in out if w.name in only or family(w.name) in only]
 
@@ -553,7 +553,7 @@ ALL_ROWS = "json_1k,sse_1k,session,cold,json_500k,json_500k_resend,conc"
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="small sample counts (smoke run, ~2-3 min on a busy box)")
+    p.add_argument("--quick", action="store_true", help="small sample counts (smoke run, ~1-3 min)")
     p.add_argument("--json", metavar="PATH", help="write all figures as JSON")
     p.add_argument("--only", default=ALL_ROWS,
                    help=f"comma-separated rows or families to run (default: {ALL_ROWS}); e.g. session_spaced, cold")
@@ -561,11 +561,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help=f"JSON styles of the session and cold rows (default: {','.join(workloads.STYLES)})")
     p.add_argument("--peers", default="", help="comma-separated peers to add as targets (litellm,headroom; "
                    "bench/peers.py starts them; skipped with the reason when unavailable)")
-    p.add_argument("--n-1k", type=int, help="iterations, json_1k (default 3000; quick 300)")
-    p.add_argument("--n-sse", type=int, help="iterations, sse_1k (default 600; quick 60)")
-    p.add_argument("--passes", type=int, help="passes over the session per session row (default 3; quick 1)")
-    p.add_argument("--n-cold", type=int, help="iterations per cold row (default 200; quick 30)")
-    p.add_argument("--n-500k", type=int, help="iterations per 500 KB row (default 300; quick 40)")
+    p.add_argument("--n-1k", type=int, help="iterations, json_1k (default 3000; quick 2000)")
+    p.add_argument("--n-sse", type=int, help="iterations, sse_1k (default 600; quick 300)")
+    p.add_argument("--passes", type=int, help="passes over the session per session row (default 5; quick 2)")
+    p.add_argument("--n-cold", type=int, help="iterations per cold row (default 300; quick 120)")
+    p.add_argument("--n-500k", type=int, help="iterations per 500 KB row (default 300; quick 120)")
     p.add_argument("--warmup", type=int, help="warm-up iterations, 1 KB (default 200; quick 40; fewer for the "
                    "large rows)")
     p.add_argument("--conc-streams", type=int, default=1000, help="simultaneous SSE streams (0 = skip)")
@@ -583,11 +583,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--upstream", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     q = args.quick
-    args.n_1k = args.n_1k or (300 if q else 3000)
-    args.n_sse = args.n_sse or (60 if q else 600)
-    args.passes = args.passes or (1 if q else 3)
-    args.n_cold = args.n_cold or (30 if q else 200)
-    args.n_500k = args.n_500k or (40 if q else 300)
+    args.n_1k = args.n_1k or (2000 if q else 3000)
+    args.n_sse = args.n_sse or (300 if q else 600)
+    args.passes = args.passes or (2 if q else 5)
+    args.n_cold = args.n_cold or (120 if q else 300)
+    args.n_500k = args.n_500k or (120 if q else 300)
     args.warmup = args.warmup if args.warmup is not None else (40 if q else 200)
     args.conc_events = args.conc_events or (20 if q else 40)
     if args.conc_events < 7:

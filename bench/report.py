@@ -32,7 +32,7 @@ def peers_of(res: dict[str, Any]) -> list[str]:
 
 def _table(res: dict[str, Any], quiet: bool) -> None:
     peers = peers_of(res)
-    hdr = (f"{'row':<36} {'n':>5}  {'direct p50':>10}  {'floor +p50':>10}  {'proxy +p50':>10} {'+p99':>7}  "
+    hdr = (f"{'row':<40} {'n':>5}  {'direct p50':>10}  {'floor +p50':>10}  {'proxy +p50':>10} {'+p99':>7}  "
            f"{'proxy/floor':>11} {'goal':>6} {'met':>4}")
     for p in peers:
         hdr += f"  {p[:10] + ' +p50':>15} {'x proxy':>7}"
@@ -42,9 +42,9 @@ def _table(res: dict[str, Any], quiet: bool) -> None:
     print("-" * len(hdr))
     for name, w in res["workloads"].items():
         src = w["quiet"] if quiet else w
-        label = f"{name} ({w['label']})"[:36]
+        label = f"{name} ({w['label']})"[:40]
         if "latency_ms" not in src:
-            print(f"{label:<36} {src.get('n', 0):>5}  (too few quiet blocks)")
+            print(f"{label:<40} {src.get('n', 0):>5}  (too few quiet blocks)")
             continue
         n = src["latency_ms"]["proxy"]["n"]
         d = src["latency_ms"]["direct"]
@@ -52,7 +52,7 @@ def _table(res: dict[str, Any], quiet: bool) -> None:
         ratio = src["ratio_p50"]["proxy_to_floor"]
         goal = w.get("goal_ratio")
         met = "" if goal is None else ("yes" if ratio <= goal else "NO")
-        line = (f"{label:<36} {n:>5}  {d['p50']:>10.3f}  {fl['p50']:>+10.3f}  {px['p50']:>+10.3f} {px['p99']:>+7.2f}  "
+        line = (f"{label:<40} {n:>5}  {d['p50']:>10.3f}  {fl['p50']:>+10.3f}  {px['p50']:>+10.3f} {px['p99']:>+7.2f}  "
                 f"{_f(ratio, '.2f'):>11} {'' if goal is None else f'<={goal}':>6} {met:>4}")
         for p in peers:
             if p in src["added_ms"]:
@@ -65,14 +65,14 @@ def _table(res: dict[str, Any], quiet: bool) -> None:
         print(line)
         if "added_ttfb_ms" in w and not quiet:
             dt, ft, pt = w["ttfb_ms"]["direct"], w["added_ttfb_ms"]["floor"], w["added_ttfb_ms"]["proxy"]
-            print(f"{'  └ time to 1st byte':<36} {n:>5}  {dt['p50']:>10.3f}  {ft['p50']:>+10.3f}  "
+            print(f"{'  └ time to 1st byte':<40} {n:>5}  {dt['p50']:>10.3f}  {ft['p50']:>+10.3f}  "
                   f"{pt['p50']:>+10.3f} {pt['p99']:>+7.2f}  {_f(pt['p50'] / ft['p50'] if ft['p50'] > 0 else math.nan, '.2f'):>11}")
         if not quiet and set(w.get("compaction_plan", {})) - {"-", "none"}:  # only rows that compacted
             plans = ", ".join(f"{k} {v}" for k, v in sorted(w["compaction_plan"].items()))
-            print(f"{'  └ x-compaction-plan answers':<36} {plans}")
+            print(f"{'  └ x-compaction-plan answers':<40} {plans}")
         errs = {k: v for k, v in w["errors"].items() if v}
         if errs and not quiet:
-            print(f"{'  └ ERRORS':<36} {errs}")
+            print(f"{'  └ ERRORS':<40} {errs}")
 
 
 def print_report(res: dict[str, Any]) -> None:
