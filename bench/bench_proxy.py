@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
+import importlib
 import itertools
 import json
 import os
@@ -124,6 +126,14 @@ def _fixed(body: bytes, headers: dict[str, str]) -> Request:
     return lambda _i: (body, headers)
 
 
+def _with_headers(body: Callable[[int], bytes], headers: dict[str, str]) -> Request:
+    return lambda i: (body(i), headers)
+
+
+def _last_turn_bytes(name: str, style: str) -> bytes:
+    return workloads.encode(workloads.last_turn(f"[{name}]"), style)
+
+
 def _cold(body: Callable[[], bytes]) -> Request:
     """The same bytes each time, with an x-api-key the proxy has never seen."""
     return lambda _i: (body(), {**JSON_HEADERS, "x-api-key": workloads.cold_key(next(_cold_keys))})
@@ -141,20 +151,22 @@ def build_workloads(args: argparse.Namespace) -> list[Workload]:
                         _fixed(sse_1k, SSE_HEADERS), _fixed(sse_1k, SSE_HEADERS), GOAL_BELOW_THRESHOLD,
                         sse_expected=b"".join(sse_events())))
     warm_session = min(turns, max(10, args.warmup // 4))
-    session_rows = [(f"session_{s}", s, JSON_HEADERS, GOAL_SESSION) for s in styles]
+    session_rows: list[tuple[str, str, dict[str, str], float | None]] = [
+        (f"session_{s}", s, JSON_HEADERS, GOAL_SESSION) for s in styles
+    ]
     session_rows.append(("session_compact_off", "compact", {**JSON_HEADERS, "x-compaction": "off"}, None))
     for name, style, headers, goal in session_rows:
         passes = SessionPasses(name, style)
         out.append(Workload(
             name, f"{args.passes}x{turns} turns{', x-compaction: off' if goal is None else ''}",
             args.passes * turns, warm_session,
-            lambda i, p=passes, h=headers: (p.measured(i), h),
-            lambda i, p=passes, h=headers: (p.warm(i), h),
+            _with_headers(passes.measured, headers),
+            _with_headers(passes.warm, headers),
             goal,
         ))
     for style in styles:
         name = f"cold_{style}"
-        body = _lazy(lambda s=style, n=name: workloads.encode(workloads.last_turn(f"[{n}]"), s))
+        body = _lazy(functools.partial(_last_turn_bytes, name, style))
         out.append(Workload(name, "last turn, fresh key", args.n_cold, max(5, args.warmup // 8),
                             _cold(body), _cold(body), GOAL_COLD))
     body_500k = _lazy(lambda: workloads.build_body(500 * 1024, result_size=1500))
@@ -254,7 +266,7 @@ def start_peers(names: list[str], upstream_url: str, tmp: Path, urls: dict[str, 
     if not names:
         return []
     try:
-        from bench import peers as peer_mod
+        peer_mod: Any = importlib.import_module("bench.peers")
     except ImportError as exc:
         return [f"{', '.join(names)}: bench/peers.py cannot be imported ({exc})"]
     skipped = []

@@ -307,7 +307,7 @@ async def run_concurrency(
         try:
             async with session.post(urls[target] + "/v1/messages", data=body, headers=headers,
                                     timeout=aiohttp.ClientTimeout(total=300)) as resp:
-                parts = []
+                parts: list[bytes] = []
                 async for chunk in resp.content.iter_any():
                     if not parts:
                         first_at[i] = time.perf_counter()

@@ -207,7 +207,7 @@ def session() -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
     from proxy.replay.readers import load_conversation
 
     conv = load_conversation(SESSION_PATH)
-    return tuple(conv.messages), tuple(conv.tools or ())  # type: ignore[arg-type]
+    return tuple(conv.messages), tuple(conv.tools or ())
 
 
 def _tag_text(text: str, tag: str) -> str:
