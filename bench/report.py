@@ -137,7 +137,7 @@ def verdict(res: dict[str, Any]) -> dict[str, Any]:
         if goal is not None:
             out[name] = {"ratio": ratio, "goal": f"<= {goal}", "met": bool(ratio <= goal)}
         for key, r in w["ratio_p50"].items():
-            if key.endswith("_to_proxy"):
+            if key.endswith("_to_proxy") and goal is not None:  # information rows: printed, not held
                 out[f"{name} {key}"] = {"ratio": r, "goal": f">= {PEER_GOAL:g}", "met": bool(r >= PEER_GOAL)}
     mem = res.get("memory_mb", {})
     if "rest" in mem:
