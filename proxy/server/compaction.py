@@ -305,7 +305,7 @@ class CompactionService:
         result = outcome.result
         if result.plan_status == "new" and result.plan is not None:
             await self._persist_plan(result.plan)
-        self.metrics.compactions.labels(result.plan_status).inc()
+        self.metrics.child(self.metrics.compactions, result.plan_status).inc()
         report = result_headers(result)
         if result.changed:
             log.info(
