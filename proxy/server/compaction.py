@@ -169,6 +169,12 @@ class Prepared:
     view: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _RequestPolicy:
+    config: CompactionConfig  # the very object the entry is for (its id is the key)
+    policy: CompactionPolicy
+
+
 class CompactionService:
     """Per-process compaction state: the token counter, calibration, plans, the summariser."""
 
@@ -182,6 +188,7 @@ class CompactionService:
         self.config = config
         self.models = models  # the config's ``models:`` entries (before the built-in table)
         self._policies: dict[tuple[CompactionConfig, Limits | None], CompactionPolicy] = {}
+        self._request_policies: dict[tuple[int, str, str, int | None], _RequestPolicy] = {}
         self.counter = TokenCounter()
         self.calibration = Calibration()
         self.plans = PlanCache(config.max_plans)
@@ -226,6 +233,28 @@ class CompactionService:
             policy = self._policies[key] = policy_from_config(config, limits)
         return policy
 
+    def _request_policy(
+        self, config: CompactionConfig, model: str, beta_header: str, max_tokens: object
+    ) -> CompactionPolicy:
+        """The policy for a request's limits (``limits_for``: its model's window, its betas,
+        its ``max_tokens``), memoised per tenant config (by identity: the entry holds it, so the
+        id is not reused while it is there), model, betas header and integer ``max_tokens``:
+        matching the model against the window table on every request costs more than the rest
+        of a small request's pre-check."""
+        key: tuple[int, str, str, int | None] | None = None
+        if max_tokens is None or (isinstance(max_tokens, int) and not isinstance(max_tokens, bool)):
+            key = (id(config), model, beta_header, max_tokens)
+            found = self._request_policies.get(key)
+            if found is not None and found.config is config:
+                return found.policy
+        limits = limits_for(config, model, betas_of(beta_header), max_tokens, self.models)
+        policy = self.policy_for(config, limits)
+        if key is not None:
+            if len(self._request_policies) >= 4096:
+                self._request_policies.clear()
+            self._request_policies[key] = _RequestPolicy(config, policy)
+        return policy
+
     async def prepare(
         self,
         headers: CIMultiDictProxy[str],
@@ -245,9 +274,9 @@ class CompactionService:
         assert isinstance(model, str)
         # limits follow the model: its window (1M with the beta, where supported), less the
         # request's max_tokens for an ``auto`` hard limit
-        betas = betas_of(",".join(headers.getall("anthropic-beta", [])))
-        limits = limits_for(config, model, betas, body.get("max_tokens"), self.models)
-        policy = self.policy_for(config, limits)
+        policy = self._request_policy(
+            config, model, ",".join(headers.getall("anthropic-beta", [])), body.get("max_tokens")
+        )
         key = f"{tenant}/{model}"
         as_sent = raw if raw is not None else orjson.dumps(body)
         changed_by_edge = raw is None
