@@ -125,7 +125,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             exc_info=True,
         )
         response = _error_response(ProxyError("internal error in the proxy"))
-    metrics.requests.labels(route, str(response.status)).inc()
+    metrics.child(metrics.requests, route, str(response.status)).inc()
     return response
 
 

@@ -34,10 +34,10 @@ from proxy.core.compaction import (
     PlanCache,
     SummaryRequest,
     compact,
-    prefix_hashes,
     step,
 )
 from proxy.core.compaction.bridge import TranscriptNaming
+from proxy.core.compaction.digest import Resent
 from proxy.core.compaction.retrieval import offer_tool, plan_names_pointers
 from proxy.core.durable import InvalidWrite
 from proxy.core.limits import Limits, ModelWindow, betas_of
@@ -45,6 +45,7 @@ from proxy.core.tokens import Calibration, TokenCounter
 from proxy.errors import PromptTooLong
 from proxy.server.ledger import summary_http_client
 from proxy.server.metrics import Metrics
+from proxy.server.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of
 from proxy.store import Store, StoreError
 
 log = logging.getLogger("context_proxy.compaction")
@@ -124,9 +125,6 @@ def _compacts_anew(outcome: Done | NeedsSummary) -> bool:
     return not isinstance(outcome, Done) or outcome.result.plan_status == "new"
 
 
-_SCOPE_SEPARATOR = "\x1f"
-
-
 def plan_scope(tenant: str, artifact_session: str | None) -> str:
     """Whose plans a request may reuse. A plan whose view names artifacts names one session's
     (``artifact:<session>:...`` in its truncation markers), so with artifacts on, plans belong to
@@ -135,13 +133,7 @@ def plan_scope(tenant: str, artifact_session: str | None) -> str:
     names nothing and the tenant's sessions share it."""
     if artifact_session is None:
         return tenant
-    return f"{tenant}{_SCOPE_SEPARATOR}{artifact_session}"
-
-
-def _stored_as(scope: str) -> tuple[str, str]:
-    """The store tenant of a plan scope and the prefix of its keys there (per session)."""
-    tenant, _, session = scope.partition(_SCOPE_SEPARATOR)
-    return tenant, f"{session}/" if session else ""
+    return f"{tenant}{SCOPE_SEPARATOR}{artifact_session}"
 
 
 def summary_key(request: SummaryRequest) -> str:
@@ -177,6 +169,12 @@ class Prepared:
     view: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _RequestPolicy:
+    config: CompactionConfig  # the very object the entry is for (its id is the key)
+    policy: CompactionPolicy
+
+
 class CompactionService:
     """Per-process compaction state: the token counter, calibration, plans, the summariser."""
 
@@ -190,9 +188,11 @@ class CompactionService:
         self.config = config
         self.models = models  # the config's ``models:`` entries (before the built-in table)
         self._policies: dict[tuple[CompactionConfig, Limits | None], CompactionPolicy] = {}
+        self._request_policies: dict[tuple[int, str, str, int | None], _RequestPolicy] = {}
         self.counter = TokenCounter()
         self.calibration = Calibration()
         self.plans = PlanCache(config.max_plans)
+        self.plan_reads = PlanReads(self.plans)  # the store read-through, and where it had none
         self.metrics = metrics
         self.summary_calls = 0
         # The shared store (set by the app once it is open): plans go there so that every
@@ -233,6 +233,28 @@ class CompactionService:
             policy = self._policies[key] = policy_from_config(config, limits)
         return policy
 
+    def _request_policy(
+        self, config: CompactionConfig, model: str, beta_header: str, max_tokens: object
+    ) -> CompactionPolicy:
+        """The policy for a request's limits (``limits_for``: its model's window, its betas,
+        its ``max_tokens``), memoised per tenant config (by identity: the entry holds it, so the
+        id is not reused while it is there), model, betas header and integer ``max_tokens``:
+        matching the model against the window table on every request costs more than the rest
+        of a small request's pre-check."""
+        key: tuple[int, str, str, int | None] | None = None
+        if max_tokens is None or (isinstance(max_tokens, int) and not isinstance(max_tokens, bool)):
+            key = (id(config), model, beta_header, max_tokens)
+            found = self._request_policies.get(key)
+            if found is not None and found.config is config:
+                return found.policy
+        limits = limits_for(config, model, betas_of(beta_header), max_tokens, self.models)
+        policy = self.policy_for(config, limits)
+        if key is not None:
+            if len(self._request_policies) >= 4096:
+                self._request_policies.clear()
+            self._request_policies[key] = _RequestPolicy(config, policy)
+        return policy
+
     async def prepare(
         self,
         headers: CIMultiDictProxy[str],
@@ -252,9 +274,9 @@ class CompactionService:
         assert isinstance(model, str)
         # limits follow the model: its window (1M with the beta, where supported), less the
         # request's max_tokens for an ``auto`` hard limit
-        betas = betas_of(",".join(headers.getall("anthropic-beta", [])))
-        limits = limits_for(config, model, betas, body.get("max_tokens"), self.models)
-        policy = self.policy_for(config, limits)
+        policy = self._request_policy(
+            config, model, ",".join(headers.getall("anthropic-beta", [])), body.get("max_tokens")
+        )
         key = f"{tenant}/{model}"
         as_sent = raw if raw is not None else orjson.dumps(body)
         changed_by_edge = raw is None
@@ -282,7 +304,8 @@ class CompactionService:
             offload = len(as_sent) > config.offload_bytes and not self._seen_before(
                 body["messages"], config.offload_bytes
             )
-            await self._prefetch_plans(scope, request.messages)
+            anchor = anchor_of(request.messages)
+            await self._prefetch_plans(scope, anchor)
             outcome = await self._off_loop(
                 offload, compact, request, policy, self.counter, self.plans, scope
             )
@@ -293,9 +316,7 @@ class CompactionService:
             self.metrics.compactions.labels("off").inc()
             report = _headers(0, 0, "none", "none", "skipped", None)
             return Prepared(as_sent, changed_by_edge, report, key, None)
-        if _compacts_anew(outcome) and await self._prefetch_plans(
-            scope, request.messages, refresh=True
-        ):
+        if _compacts_anew(outcome) and await self._prefetch_plans(scope, anchor, refresh=True):
             # Another replica compacted this conversation since this one last looked: its
             # (newer) plan is what every replica must forward from now on, not the one just made.
             if isinstance(outcome, Done) and outcome.result.plan is not None:
@@ -313,7 +334,7 @@ class CompactionService:
         result = outcome.result
         if result.plan_status == "new" and result.plan is not None:
             await self._persist_plan(result.plan)
-        self.metrics.compactions.labels(result.plan_status).inc()
+        self.metrics.child(self.metrics.compactions, result.plan_status).inc()
         report = result_headers(result)
         if result.changed:
             log.info(
@@ -341,69 +362,38 @@ class CompactionService:
             return Prepared(orjson.dumps(offered), True, report, key, estimate, result, offered)
         return Prepared(orjson.dumps(view), True, report, key, estimate, result)
 
-    async def _prefetch_plans(self, scope: str, messages: Any, *, refresh: bool = False) -> bool:
-        """Read through to the store: a conversation another replica compacted has its plans
-        there. Only when the cache holds none for the conversation (its anchor: a hash of
-        ``messages[0]``), or with ``refresh`` (this request is about to compact: the plans
-        another replica made since are read first). True when a plan the cache lacked was added.
-        A store failure only costs the reuse (logged)."""
-        store = self.store
-        if store is None or not isinstance(messages, list) or len(messages) < 2:
-            return False
-        try:
-            anchor = prefix_hashes(messages[:1])[1]
-        except (TypeError, ValueError):
-            return False  # not JSON: compaction will not plan it either
-        known = {plan.prefix_hash for plan in self.plans.plans(scope, anchor)}
-        tenant, salt = _stored_as(scope)
-        if known and not refresh:
-            return False
-        try:
-            stored = await store.plans_for(tenant, salt + anchor)
-        except (StoreError, InvalidWrite) as exc:
-            log.warning("[compact] plans not read from the store: %s", type(exc).__name__)
-            return False
-        added = False
-        for text in reversed(stored):  # shortest first: the cache keeps the longest ones
-            try:
-                plan = Plan.from_json(text)
-            except ValueError:
-                log.warning("[compact] a stored plan is malformed; ignored")
-                continue
-            if plan.tenant == scope and plan.anchor == anchor and plan.prefix_hash not in known:
-                self.plans.put(plan)
-                added = True
-        return added
+    async def _prefetch_plans(self, scope: str, anchor: str | None, *, refresh: bool = False) -> bool:
+        """Read the conversation's plans through to the store (see ``plan_reads``): unless the
+        cache holds some or the store had none a moment ago; always with ``refresh`` (about to
+        compact). True when a plan the cache lacked was added."""
+        return await self.plan_reads.prefetch(self.store, scope, anchor, refresh=refresh)
 
     async def _persist_plan(self, plan: Plan) -> None:
         """Store a new plan before answering, so the next turn may go to another replica."""
-        store = self.store
-        if store is None:
-            return
-        mine = plan.to_json().decode()
-        tenant, salt = _stored_as(plan.tenant)
-        try:
-            stored = await store.put_plan(
-                tenant, salt + plan.anchor, salt + plan.prefix_hash, plan.prefix_len, mine
-            )
-        except (StoreError, InvalidWrite) as exc:
-            log.warning("[compact] plan not stored: %s", type(exc).__name__)
-            return
-        if stored != mine:
-            # Another replica stored a plan for this prefix first: from the next turn on, every
-            # replica (this one included) forwards that one's view.
-            try:
-                self.plans.put(Plan.from_json(stored))
-            except ValueError:
-                log.warning("[compact] a stored plan is malformed; ignored")
+        await self.plan_reads.persist(self.store, plan)
 
     def _seen_before(self, messages: list[Any], new_bytes_limit: int) -> bool:
         """The next turn of a conversation counted before: only its last messages are new (and
-        small), so the work is cheap enough for the loop; a cold or large one goes to a thread."""
-        if len(messages) < 3:
+        small), so the work is cheap enough for the loop; a cold or large one goes to a thread.
+
+        A re-sent history (``Resent``) tells which messages an earlier request had (and counted):
+        those are neither dumped nor looked up again."""
+        n = len(messages)
+        if n < 3:
             return False
-        new = sum(len(orjson.dumps(m)) for m in messages[-2:])
-        return new < new_bytes_limit and self.counter.seen_message(messages[-3])
+        known = messages.known if isinstance(messages, Resent) else None
+        if known is None:
+            new = sum(len(orjson.dumps(m)) for m in messages[-2:])
+            return new < new_bytes_limit and self.counter.seen_message(messages[-3])
+        had = known.messages
+
+        def resent(i: int) -> bool:
+            return i < len(had) and had[i] is messages[i]
+
+        if not resent(n - 3):
+            return False
+        new = sum(len(orjson.dumps(messages[i])) for i in (n - 2, n - 1) if not resent(i))
+        return new < new_bytes_limit
 
     async def _off_loop(self, offload: bool, fn: Any, *args: Any) -> Any:
         """Large requests are counted and compacted in a worker thread: other streams never

@@ -180,7 +180,9 @@ class Forwarder:
                 auto_decompress=decode,
                 allow_redirects=False,
             )
-        self.metrics.upstream_latency.labels(route).observe(time.perf_counter() - started)
+        self.metrics.child(self.metrics.upstream_latency, route).observe(
+            time.perf_counter() - started
+        )
         return response
 
     async def relay(
@@ -211,7 +213,7 @@ class Forwarder:
         added = time.perf_counter() - received_at
         if on_prepared is not None:
             added += on_prepared
-        self.metrics.added_latency.labels(route).observe(added)
+        self.metrics.child(self.metrics.added_latency, route).observe(added)
         self.metrics.active_streams.inc()
         task = asyncio.current_task()
         if task is not None:

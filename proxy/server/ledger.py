@@ -142,7 +142,7 @@ class LedgerRecorder:
             self.metrics.ledger_rows.labels("dropped").inc()
             return
         self._idle.clear()
-        self.metrics.ledger_rows.labels("queued").inc()
+        self.metrics.child(self.metrics.ledger_rows, "queued").inc()
 
     def _count_tokens(self, entry: LedgerEntry) -> None:
         usage = entry.usage
@@ -157,7 +157,7 @@ class LedgerRecorder:
         for label, name in _TOKEN_TYPES:
             value = getattr(usage, name)
             if value:
-                self.metrics.usage_tokens.labels(entry.tenant, model, label).inc(value)
+                self.metrics.child(self.metrics.usage_tokens, entry.tenant, model, label).inc(value)
 
     # -- the writer ---------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ a fixed set (messages, count_tokens, passthrough, health, admin, other).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -18,6 +19,8 @@ _ADDED_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.0
 _BYTES_BUCKETS = (1e3, 1e4, 1e5, 5e5, 1e6, 4e6, 16e6, 32e6)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+M = TypeVar("M")
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,21 @@ class Metrics:
     connections_closed: Counter
     usage_tokens: Counter
     ledger_rows: Counter
+    # (metric, label values) -> its labelled child (see ``child``)
+    _children: dict[tuple[int, tuple[str, ...]], Any] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def child(self, metric: M, *values: str) -> M:
+        """``metric.labels(*values)``, looked up once per label values: a labelled child stays
+        the same object for the metric's life (the proxy never removes one), and ``labels``
+        validates and locks on every call. For the per-request metrics; their label values
+        are a small fixed set (routes, statuses, outcomes; tenants and at most 51 models)."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = cast(Any, metric).labels(*values)
+        return cast(M, found)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))

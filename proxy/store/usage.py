@@ -13,6 +13,7 @@ moment can miss a row committed late; ranges by time are exact.
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
@@ -221,10 +222,12 @@ def check_entry(e: object, name: str = "entry") -> list[FieldError]:
     if not isinstance(e, LedgerEntry):
         return [FieldError(name, "expected a ledger entry")]
     errors: list[FieldError] = []
-    try:
-        check_keys(e.tenant, e.session)
-    except InvalidWrite as exc:
-        errors.extend(FieldError(f"{name}.{f.field}", f.message) for f in exc.errors)
+    tenant, session = e.tenant, e.session
+    if type(tenant) is str and (session is None or type(session) is str):
+        keys = _key_problems(tenant, session)  # a handful of tenants and sessions, over and over
+    else:
+        keys = _key_problems.__wrapped__(tenant, session)
+    errors.extend(FieldError(f"{name}.{f.field}", f.message) for f in keys)
     if e.kind not in KINDS:
         errors.append(FieldError(f"{name}.kind", "expected client, summary or retrieval"))
     if not isinstance(e.at_ms, int) or isinstance(e.at_ms, bool):
@@ -234,9 +237,21 @@ def check_entry(e: object, name: str = "entry") -> list[FieldError]:
         value = getattr(e, field_name)
         if value is not None and (not isinstance(value, str) or len(value) > _MAX_TEXT):
             errors.append(FieldError(f"{name}.{field_name}", "expected short text"))
-        elif isinstance(value, str) and ("\x00" in value or not _encodable(value)):
+        elif isinstance(value, str) and (
+            "\x00" in value or not (value.isascii() or _encodable(value))
+        ):
             errors.append(FieldError(f"{name}.{field_name}", "contains a NUL or invalid Unicode"))
     return errors
+
+
+@functools.lru_cache(maxsize=4096)
+def _key_problems(tenant: object, session: object | None) -> tuple[FieldError, ...]:
+    """What ``check_keys`` finds wrong with a tenant and session id (memoised for str keys)."""
+    try:
+        check_keys(tenant, session)
+    except InvalidWrite as exc:
+        return tuple(exc.errors)
+    return ()
 
 
 def _encodable(value: str) -> bool:
