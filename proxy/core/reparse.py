@@ -202,7 +202,9 @@ class BodyMemo:
                     break
                 group = self._by_probe.get((scope, _probe(text, start)))
                 if group is None:
-                    continue
+                    if _top_level(text, start):
+                        break  # the body's own array, never seen: no later start can be it
+                    continue  # a nested "messages" key: the array is further on
                 best: tuple[int, _Entry] | None = None
                 for entry in group:
                     if entry.start != start or not _same_first(text, entry):
@@ -382,6 +384,18 @@ class BodyMemo:
             self._by_probe.pop((entry.scope, entry.probe), None)
 
 
+def _top_level(text: bytes, start: int) -> dict[str, Any] | None:
+    """The members before the array when the ``[`` just before ``start`` opens the top-level
+    object's ``messages`` member (its text up to there, plus ``]}``, is such an object)."""
+    try:
+        head = orjson.loads(text[:start] + b"]}")
+    except orjson.JSONDecodeError:
+        return None  # a nested "messages" key
+    if type(head) is dict and next(reversed(head), None) == "messages":
+        return head
+    return None
+
+
 def _probe(text: bytes, start: int) -> int:
     return xxhash.xxh3_64_intdigest(memoryview(text)[: start + _PROBE])
 
@@ -420,11 +434,8 @@ def _locate(text: bytes, count: int) -> tuple[int, dict[str, Any], list[int]] | 
     for tried, start in enumerate(array_starts(text)):
         if tried == _TRIED_STARTS:
             return None
-        try:
-            head = orjson.loads(text[:start] + b"]}")
-        except orjson.JSONDecodeError:
-            continue  # a nested "messages" key
-        if type(head) is dict and next(reversed(head), None) == "messages":
+        head = _top_level(text, start)
+        if head is not None:
             break
     else:
         return None

@@ -265,7 +265,6 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     violation, checkpoints = scan_messages(body["messages"], parsed.checkpoint, keep)
     if violation is not None:
         raise InvalidRequest(violation.message)
-    parsed.remember(checkpoints)
     sources = tenant_policy.sources
     session = session_from(request.headers)
     durable = app[DURABLE]
@@ -301,8 +300,6 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
         )
     extra_headers.update(prepared.headers)
     result = prepared.result
-    if result is not None:
-        parsed.keep_digests(result.digests)
     if session is not None and result is not None and result.plan_status == "new":
         await durable.keep_compaction(tenant, sources, session, body["messages"], result)
     recording = session is not None and route == "messages"
@@ -376,6 +373,11 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
                 call.record(upstream.status, tap.usage, request_id)
     if outcome.completed and outcome.status == 200 and (retrieval is None or not retrieval.rounds):
         service.observe(prepared.calibration_key, prepared.estimate, tap.input_tokens)
+    # Learnt once the answer is out: where this body's messages end, and their digests, serve
+    # only the conversation's next turn, which the client sends after reading this answer.
+    parsed.remember(checkpoints)
+    if result is not None:
+        parsed.keep_digests(result.digests)
     return response
 
 
