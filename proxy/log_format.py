@@ -99,6 +99,12 @@ def setup(level: str, fmt: str = "text") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    # Neither format shows where a line was logged from, nor its thread or process: records
+    # skip the frame walk and those lookups (the logging docs' "Optimization" settings).
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
     redact.install()
 
 

@@ -124,6 +124,8 @@ class LedgerRecorder:
         self._task: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
+        # set when a batch is full or a flush is asked for: the writer stops waiting for more
+        self._full = asyncio.Event()
 
     # -- recording (sync, never blocks) -----------------------------------------------------
 
@@ -142,6 +144,8 @@ class LedgerRecorder:
             self.metrics.ledger_rows.labels("dropped").inc()
             return
         self._idle.clear()
+        if self._queue.qsize() >= self.config.batch_size - 1:
+            self._full.set()
         self.metrics.child(self.metrics.ledger_rows, "queued").inc()
 
     def _count_tokens(self, entry: LedgerEntry) -> None:
@@ -166,21 +170,18 @@ class LedgerRecorder:
         self._task = loop.create_task(self._write_loop())
 
     async def _next_batch(self) -> list[LedgerEntry]:
+        """The rows queued within ``flush_seconds`` of the first one (at most ``batch_size``):
+        one wait per batch, not one wake-up per row."""
         batch = [await self._queue.get()]
-        deadline = asyncio.get_running_loop().time() + self.config.flush_seconds
+        if self._queue.qsize() + 1 < self.config.batch_size and not self._full.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.flush_seconds):
+                    await self._full.wait()
+        self._full.clear()
         while len(batch) < self.config.batch_size:
             try:
                 batch.append(self._queue.get_nowait())
-                continue
             except asyncio.QueueEmpty:
-                pass
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                break
-            try:
-                async with asyncio.timeout(remaining):
-                    batch.append(await self._queue.get())
-            except TimeoutError:
                 break
         return batch
 
@@ -210,6 +211,8 @@ class LedgerRecorder:
     async def flush(self) -> None:
         """Wait until every queued row was written (or dropped). Bound it with
         ``asyncio.timeout``."""
+        if not self._idle.is_set():
+            self._full.set()  # write what is queued now, without waiting for more
         await self._idle.wait()
 
     async def close(self, grace_seconds: float = 5.0) -> None:
