@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import weakref
+from pathlib import Path
 
+from proxy.config import Config
 from proxy.server import idle_trim
 from proxy.server.appkeys import ProxyState
 from proxy.server.idle_trim import TrimSchedule, release_memory, release_when_idle
+from proxy.server.ledger import LedgerRecorder
+from proxy.server.metrics import new_metrics
+from proxy.store import open_store
+from proxy.store.usage import UsageQuery
 from tests.harness import LoopThread
 
 
@@ -85,3 +92,30 @@ def test_the_poll_releases_after_a_burst(loop_thread: LoopThread) -> None:
             task.cancel()
 
     loop_thread.run(go())
+
+
+def test_written_ledger_rows_are_not_kept(tmp_path: Path, loop_thread: LoopThread) -> None:
+    """After a burst, the ledger keeps none of the rows it wrote (they would pin the memory the
+    burst used until the next request)."""
+    from tests.store.test_usage_store import entry
+
+    async def go() -> list[object]:
+        store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+        recorder = LedgerRecorder(store, new_metrics(), dataclasses.replace(
+            Config(), ledger=dataclasses.replace(Config().ledger, flush_seconds=0.01)))
+        recorder.start()
+        try:
+            rows = [entry(n) for n in range(5)]
+            for row in rows:
+                recorder.record(row)
+            del row
+            async with asyncio.timeout(10):
+                await recorder.flush()
+            assert len(await store.usage_rows("acme", UsageQuery())) == 5
+            mine = [rows]
+            return [r for r in gc.get_referrers(*rows) if r is not rows and r is not mine]
+        finally:
+            await recorder.close()
+            await store.close()
+
+    assert loop_thread.run(go()) == []

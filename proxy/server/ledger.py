@@ -186,8 +186,11 @@ class LedgerRecorder:
         while True:
             batch = await self._next_batch()
             await self._write(batch)
-            for _ in batch:
+            for _ in range(len(batch)):
                 self._queue.task_done()
+            # not kept while waiting for the next row: after a burst, the last batch's rows
+            # (up to batch_size, allocated all through it) would pin the memory it used
+            del batch
             if self._queue.empty():
                 self._idle.set()
 
