@@ -18,7 +18,6 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import anthropic
 import orjson
 from multidict import CIMultiDictProxy
 
@@ -43,9 +42,9 @@ from proxy.core.durable import InvalidWrite
 from proxy.core.limits import Limits, ModelWindow, betas_of
 from proxy.core.tokens import Calibration, TokenCounter
 from proxy.errors import PromptTooLong
-from proxy.server.ledger import summary_http_client
 from proxy.server.metrics import Metrics
 from proxy.server.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of
+from proxy.server.summary_client import SummaryClient, SummaryFailed
 from proxy.store import Store, StoreError
 
 log = logging.getLogger("context_proxy.compaction")
@@ -143,15 +142,14 @@ def summary_key(request: SummaryRequest) -> str:
     return "s1-" + digest.hexdigest()
 
 
-def summary_auth_headers(headers: Mapping[str, str]) -> dict[str, Any]:
-    """The credentials the request itself goes upstream with (the tenant's policy applied)."""
-    auth: dict[str, Any] = {}
+def summary_auth_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The credentials the request itself goes upstream with (the tenant's policy applied):
+    its ``Authorization`` and/or ``X-Api-Key``, and nothing else."""
+    auth: dict[str, str] = {}
     if "authorization" in headers:
         auth["Authorization"] = headers["authorization"]
     if "x-api-key" in headers:
         auth["X-Api-Key"] = headers["x-api-key"]
-        if "authorization" not in headers:
-            auth["Authorization"] = anthropic.omit
     return auth
 
 
@@ -205,12 +203,11 @@ class CompactionService:
         self._calibration_read: dict[str, tuple[str, str]] = {}
         self._calibration_written: dict[str, float] = {}
         self._writes: set[asyncio.Task[None]] = set()
-        self._client = anthropic.AsyncAnthropic(
-            base_url=upstream_base_url,
-            api_key="unused-the-request-credentials-are-sent",
+        # records each exchange (retries too) in the usage ledger
+        self._client = SummaryClient(
+            upstream_base_url,
             max_retries=config.summary.max_retries,
-            timeout=config.summary.timeout_seconds,
-            http_client=summary_http_client(),  # records each call in the usage ledger
+            timeout_seconds=config.summary.timeout_seconds,
         )
 
     async def warm_up(self) -> None:
@@ -506,18 +503,18 @@ class CompactionService:
         """The L4 model call. Failure, timeout or an empty answer → ``None`` (keep the view)."""
         self.summary_calls += 1
         try:
-            message = await self._client.messages.create(
-                model=request.model,
-                max_tokens=request.max_tokens,
-                system=request.system,
-                messages=[{"role": "user", "content": request.text}],
-                extra_headers=summary_auth_headers(headers),
-            )
-        except anthropic.APIError as exc:
-            log.warning("[compact] summary call failed: %s", type(exc).__name__)
+            message = await self._client.create(request.body(), summary_auth_headers(headers))
+        except SummaryFailed as exc:
+            log.warning("[compact] summary call failed: %s", exc.reason)
             self.metrics.summaries.labels("failed").inc()
             return None
-        text = "".join(block.text for block in message.content if block.type == "text")
+        text = "".join(
+            block["text"]
+            for block in message["content"]
+            if isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
+        )
         self.metrics.summaries.labels("called" if text else "failed").inc()
         return text or None
 

@@ -2,8 +2,8 @@
 
 The edge calls :meth:`LedgerRecorder.record` (never awaited: it only queues) when an upstream
 call ends, whatever its outcome: client calls (``/v1/messages``) from the handler, summary calls
-from the summariser's HTTP client (every attempt, retries too), and retrieval continuations
-through :func:`record_upstream_call`. A background task writes the queue to the store in
+from :mod:`proxy.server.summary_client` (every attempt, retries too), and retrieval
+continuations through :func:`record_upstream_call`. A background task writes the queue to the store in
 batches (``ledger.batch_size`` rows, or ``ledger.flush_seconds`` after the first one). A slow or
 failing store never delays an answer: when the queue is full, new rows are dropped and counted
 (``context_proxy_ledger_rows{outcome="dropped"}``); a failed batch is retried twice, then
@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import anthropic
-import orjson
 from aiohttp import web
 
 from proxy.config import Config, PriceConfig
@@ -44,9 +42,9 @@ __all__ = [
     "ClientCall",
     "LedgerRecorder",
     "calls_for",
+    "now_ms",
     "price_table",
     "record_upstream_call",
-    "summary_http_client",
 ]
 
 log = logging.getLogger("context_proxy.ledger")
@@ -189,8 +187,11 @@ class LedgerRecorder:
         while True:
             batch = await self._next_batch()
             await self._write(batch)
-            for _ in batch:
+            for _ in range(len(batch)):
                 self._queue.task_done()
+            # not kept while waiting for the next row: after a burst, the last batch's rows
+            # (up to batch_size, allocated all through it) would pin the memory it used
+            del batch
             if self._queue.empty():
                 self._idle.set()
 
@@ -392,68 +393,3 @@ class HiddenRound(Protocol):
     def status(self) -> int: ...
     @property
     def latency_ms(self) -> float: ...
-
-
-# -- summary calls: every HTTP exchange of the summariser's client -------------------------------
-
-
-def _sent_model(request: Any) -> str:
-    try:
-        sent = orjson.loads(request.content)
-    except (orjson.JSONDecodeError, TypeError, AttributeError):
-        return ""
-    model = sent.get("model") if isinstance(sent, dict) else None
-    return model if isinstance(model, str) else ""
-
-
-def _answer_usage(response: Any, streamed: bool) -> dict[str, Any] | None:
-    if response.status_code != 200 or streamed:
-        return None
-    try:
-        body = orjson.loads(response.content)
-    except (orjson.JSONDecodeError, TypeError, AttributeError):
-        return None
-    usage = body.get("usage") if isinstance(body, dict) else None
-    return usage if isinstance(usage, dict) else None
-
-
-class _SummaryHttpClient(anthropic.DefaultAsyncHttpxClient):
-    """The SDK's default HTTP client; each exchange in a :data:`CALL_CONTEXT` is a ledger row
-    (``kind: summary``): its status and usage, or 502/504 when no answer came (connection
-    failure, timeout). The SDK's retries are exchanges of their own, so each is a row."""
-
-    async def send(self, request: Any, **kwargs: Any) -> Any:
-        context = CALL_CONTEXT.get()
-        if context is None or context.recorder is None:
-            return await super().send(request, **kwargs)
-        at = now_ms()
-        started = time.perf_counter()
-        status, usage, request_id = 0, None, None
-        try:
-            response = await super().send(request, **kwargs)
-            status, request_id = response.status_code, response.headers.get("request-id")
-            usage = _answer_usage(response, bool(kwargs.get("stream")))
-            return response
-        except Exception as exc:  # no answer: recorded as the proxy reports it, then re-raised
-            status = 504 if "Timeout" in type(exc).__name__ else 502
-            raise
-        finally:
-            if status:
-                record_upstream_call(
-                    context.recorder,
-                    tenant=context.tenant,
-                    session=context.session,
-                    model=_sent_model(request),
-                    kind="summary",
-                    route="summary",
-                    status=status,
-                    latency_ms=(time.perf_counter() - started) * 1000,
-                    usage=usage,
-                    request_id=request_id,
-                    started=at,
-                )
-
-
-def summary_http_client() -> Any:
-    """The summariser's HTTP client (the SDK's defaults), recording every exchange."""
-    return _SummaryHttpClient()

@@ -18,6 +18,7 @@ from proxy.log_format import escape
 from proxy.server.app import build_app
 from proxy.server.appkeys import FORWARDER, METRICS, STATE, TENANCY
 from proxy.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
+from proxy.server.idle_trim import release_when_idle
 from proxy.tenants import load_tenancy
 
 log = logging.getLogger("context_proxy.runner")
@@ -81,9 +82,12 @@ async def serve(config: Config, stop: asyncio.Event | None = None) -> None:
     loop.add_signal_handler(signal.SIGHUP, schedule_reload, app, config)
     for host, port, *_ in (a for a in runner.addresses if isinstance(a, tuple)):
         log.info("listening on http://%s:%d upstream=%s", host, port, config.upstream.base_url)
+    # memory back to the system when the proxy goes idle after a burst (a 1 s poll)
+    releasing = loop.create_task(release_when_idle(app[STATE]))
     try:
         await stop.wait()
     finally:
+        releasing.cancel()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
         await drain(app, runner, config.shutdown.grace_seconds)

@@ -1,0 +1,121 @@
+"""Memory goes back to the system when the proxy goes idle after a burst (proxy/server/idle_trim)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import weakref
+from pathlib import Path
+
+from proxy.config import Config
+from proxy.server import idle_trim
+from proxy.server.appkeys import ProxyState
+from proxy.server.idle_trim import TrimSchedule, release_memory, release_when_idle
+from proxy.server.ledger import LedgerRecorder
+from proxy.server.metrics import new_metrics
+from proxy.store import open_store
+from proxy.store.usage import UsageQuery
+from tests.harness import LoopThread
+
+
+def _run(schedule: TrimSchedule, inflight: list[int]) -> list[int]:
+    """The polls (by index) at which ``schedule`` releases."""
+    return [i for i, n in enumerate(inflight) if schedule.tick(n)]
+
+
+def test_a_burst_is_released_once_idle_then_once_more_later() -> None:
+    schedule = TrimSchedule(busy=32, quiet=2, late=65)
+    polls = [5, 40, 1000, 12, 0, 0, 0] + [0] * 70
+    assert _run(schedule, polls) == [5, 3 + 65]
+    assert _run(schedule, [0] * 200) == []  # nothing more until the next burst
+
+
+def test_a_quiet_proxy_never_releases() -> None:
+    schedule = TrimSchedule(busy=32, quiet=2, late=65)
+    assert _run(schedule, [1, 0, 31, 0, 0, 5] + [0] * 100) == []
+
+
+def test_activity_postpones_the_release() -> None:
+    schedule = TrimSchedule(busy=32, quiet=2, late=65)
+    # busy, then single quiet polls between requests: no release until two quiet polls in a row
+    assert _run(schedule, [64, 0, 3, 0, 1, 0, 0]) == [6]
+    # the late release waits for 65 quiet polls in a row as well
+    assert _run(schedule, [0] * 30 + [2] + [0] * 64) == []
+    assert _run(schedule, [0]) == [0]
+
+
+def test_a_new_burst_starts_over() -> None:
+    schedule = TrimSchedule(busy=32, quiet=2, late=65)
+    assert _run(schedule, [100, 0, 0]) == [2]
+    assert _run(schedule, [0] * 10 + [50, 0, 0]) == [12]  # released again; its late one pending
+    assert _run(schedule, [0] * 64) == [62]
+
+
+def test_release_collects_garbage_and_trims() -> None:
+    class Node:
+        pass
+
+    node = Node()
+    node.self = node  # type: ignore[attr-defined]  # a cycle: only the collector frees it
+    alive = weakref.ref(node)
+    del node
+    gc.disable()
+    try:
+        assert release_memory() is (idle_trim._TRIM is not None)
+        assert alive() is None
+    finally:
+        gc.enable()
+    assert idle_trim._TRIM is not None  # glibc (the test machines, the Docker image)
+
+
+def test_the_poll_releases_after_a_burst(loop_thread: LoopThread) -> None:
+    state = ProxyState()
+    released = asyncio.Event()
+
+    async def go() -> None:
+        task = asyncio.create_task(
+            release_when_idle(state, TrimSchedule(busy=3, quiet=2, late=1000), released.set, 0.001)
+        )
+        try:
+            state.inflight = 2
+            await asyncio.sleep(0.05)
+            assert not released.is_set()  # not busy enough: no release when it ends
+            state.inflight = 0
+            await asyncio.sleep(0.05)
+            assert not released.is_set()
+            state.inflight = 5
+            await asyncio.sleep(0.01)
+            state.inflight = 0
+            await asyncio.wait_for(released.wait(), 10)
+        finally:
+            task.cancel()
+
+    loop_thread.run(go())
+
+
+def test_written_ledger_rows_are_not_kept(tmp_path: Path, loop_thread: LoopThread) -> None:
+    """After a burst, the ledger keeps none of the rows it wrote (they would pin the memory the
+    burst used until the next request)."""
+    from tests.store.test_usage_store import entry
+
+    async def go() -> list[object]:
+        store = await open_store(f"sqlite:///{tmp_path / 'store.db'}")
+        recorder = LedgerRecorder(store, new_metrics(), dataclasses.replace(
+            Config(), ledger=dataclasses.replace(Config().ledger, flush_seconds=0.01)))
+        recorder.start()
+        try:
+            rows = [entry(n) for n in range(5)]
+            for row in rows:
+                recorder.record(row)
+            del row
+            async with asyncio.timeout(10):
+                await recorder.flush()
+            assert len(await store.usage_rows("acme", UsageQuery())) == 5
+            mine = [rows]
+            return [r for r in gc.get_referrers(*rows) if r is not rows and r is not mine]
+        finally:
+            await recorder.close()
+            await store.close()
+
+    assert loop_thread.run(go()) == []
