@@ -372,6 +372,12 @@ class TokenCounter:
         key = _message_key(message, canonical, MARKER_JSON in canonical)
         return key != NO_KEY and key in self._message_cache
 
+    def known_messages(self, keys: Sequence[int]) -> list[int | None]:
+        """The message memo's count for each key (``None``: not in it). Touches neither the
+        memo's order nor its statistics."""
+        with self._lock:
+            return list(map(self._message_cache.get, keys))
+
     def count_text(self, text: str) -> int:
         """Tokens of plain text, no overhead. Special-token text never raises."""
         encoding = self._encoder()

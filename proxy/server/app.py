@@ -323,9 +323,14 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             request, route=route, data=prepared.body, decode=True, headers=headers
         )
     except ProxyError as exc:  # 502/504: the compaction outcome is known, and reported
-        exc.headers = {**extra_headers, **exc.headers}
+        prepared = await service.settle(prepared)
+        exc.headers = {**extra_headers, **prepared.headers, **exc.headers}
         call.record(exc.status, None, None)  # never reached the provider's answer: no usage
         raise
+    if prepared.counting is not None:  # counted while the provider worked: now reported
+        prepared = await service.settle(prepared)
+        extra_headers.update(prepared.headers)
+        result = prepared.result
     async with upstream:
         sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
         tap = UsageTap(sse=sse)

@@ -15,7 +15,7 @@ import os
 import secrets
 import socket
 from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -42,6 +42,7 @@ from proxy.core.durable import InvalidWrite
 from proxy.core.limits import Limits, ModelWindow, betas_of
 from proxy.core.tokens import Calibration, TokenCounter
 from proxy.errors import PromptTooLong
+from proxy.server.counting import Counting, count_while_forwarding
 from proxy.server.metrics import Metrics
 from proxy.server.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of
 from proxy.server.summary_client import SummaryClient, SummaryFailed
@@ -165,6 +166,8 @@ class Prepared:
     result: CompactionResult | None = None
     # The forwarded body, when it offers the retrieval tool (the edge answers its calls).
     view: dict[str, Any] | None = None
+    # The exact count of a request forwarded as sent while it runs (``settle`` reports it).
+    counting: Counting | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +306,11 @@ class CompactionService:
             )
             anchor = anchor_of(request.messages)
             await self._prefetch_plans(scope, anchor)
+            counting = count_while_forwarding(
+                request, policy, self.counter, self.plans, scope, anchor
+            )
+            if counting is not None:  # under the threshold whatever the count: forward now
+                return Prepared(as_sent, changed_by_edge, {}, key, None, counting=counting)
             outcome = await self._off_loop(
                 offload, compact, request, policy, self.counter, self.plans, scope
             )
@@ -358,6 +366,30 @@ class CompactionService:
         if offered is not None:
             return Prepared(orjson.dumps(offered), True, report, key, estimate, result, offered)
         return Prepared(orjson.dumps(view), True, report, key, estimate, result)
+
+    async def settle(self, prepared: Prepared) -> Prepared:
+        """``prepared`` with its report, once the count of a request forwarded while it was
+        being counted is done (the same report as had it been counted first)."""
+        counting = prepared.counting
+        if counting is None:
+            return prepared
+        try:
+            outcome = await counting.task
+        except orjson.JSONEncodeError:
+            log.warning("[compact] skipped: a message nests too deep to serialise")
+            self.metrics.compactions.labels("off").inc()
+            prepared.headers.update(_headers(0, 0, "none", "none", "skipped", None))
+            return replace(prepared, counting=None)
+        result = outcome.result if isinstance(outcome, Done) else None
+        if result is None or result.changed:  # cannot be: nothing was compacted, say so
+            log.error("[compact] a request counted while forwarded came out compacted")
+            prepared.headers.update(_headers(0, 0, "none", "none", "skipped", None))
+            return replace(prepared, counting=None)
+        self.metrics.child(self.metrics.compactions, result.plan_status).inc()
+        prepared.headers.update(result_headers(result))
+        ratio = counting.ratio
+        estimate = round(result.tokens_after / ratio) if ratio > 0 else result.tokens_after
+        return replace(prepared, estimate=estimate, result=result, counting=None)
 
     async def _prefetch_plans(self, scope: str, anchor: str | None, *, refresh: bool = False) -> bool:
         """Read the conversation's plans through to the store (see ``plan_reads``): unless the

@@ -1,0 +1,72 @@
+"""Forward a request that cannot reach the compaction threshold at once; count it meanwhile.
+
+The exact estimate of a request tokenises what the counter has not seen: its new messages. A
+request whose bound (``proxy.core.compaction.bound``) is under the threshold (and under the
+hard limit) for a conversation without a plan gets nothing compacted whatever the exact figure:
+the edge forwards the client's bytes straight away and the exact count runs in a worker thread
+(the tokenizer releases the GIL) while the provider works. ``CompactionService.settle`` then
+reports it (the ``x-compaction-*`` headers, the ledger row, calibration) exactly as if it had
+been counted first: it is the same ``compact`` call, on a plan cache that holds no plan, which is
+what the cache held for the conversation when the request was checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+
+from proxy.core.compaction import (
+    CompactionInput,
+    CompactionOutcome,
+    CompactionPolicy,
+    PlanCache,
+    compact,
+)
+from proxy.core.compaction.bound import tokens_at_most
+from proxy.core.compaction.context import calibrate
+from proxy.core.compaction.digest import Resent, digests
+from proxy.core.tokens import TokenCounter
+
+__all__ = ["Counting", "count_while_forwarding"]
+
+# Never written: a request under the threshold matches no plan and makes none.
+_NO_PLANS = PlanCache(1)
+
+
+@dataclass(frozen=True, slots=True)
+class Counting:
+    """The exact count of a forwarded request, under way."""
+
+    task: asyncio.Future[CompactionOutcome]
+    ratio: float  # the calibration it is counted with
+
+
+def count_while_forwarding(
+    request: CompactionInput,
+    policy: CompactionPolicy,
+    counter: TokenCounter,
+    plans: PlanCache,
+    scope: str,
+    anchor: str | None,
+) -> Counting | None:
+    """The count started in a worker thread when ``request`` cannot reach the threshold and its
+    conversation has no plan; ``None`` otherwise (the caller compacts as ever)."""
+    messages = request.messages
+    if anchor is None and len(messages) >= 2:
+        return None  # not JSON all through: compact() says what it does with it
+    if anchor is not None and plans.plans(scope, anchor):
+        return None  # a plan's view is forwarded even under the threshold
+    try:
+        dg = digests(messages, hashed=len(messages) >= 2)
+    except (TypeError, ValueError):
+        return None
+    bound = tokens_at_most(request.system, request.tools, messages, dg, counter)
+    if bound is None:
+        return None
+    if calibrate(bound, request.calibration) > min(policy.threshold, policy.hard_limit):
+        return None
+    exact = replace(request, messages=Resent(messages, dg))  # the digests are not made again
+    task = asyncio.ensure_future(
+        asyncio.to_thread(compact, exact, policy, counter, _NO_PLANS, scope)
+    )
+    return Counting(task, request.calibration)
