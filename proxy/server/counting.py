@@ -4,7 +4,8 @@ The exact estimate of a request tokenises what the counter has not seen: its new
 request whose bound (``proxy.core.compaction.bound``) is under the threshold (and under the
 hard limit) for a conversation without a plan gets nothing compacted whatever the exact figure:
 the edge forwards the client's bytes straight away and the exact count runs in a worker thread
-(the tokenizer releases the GIL) while the provider works. ``CompactionService.settle`` then
+(the tokenizer releases the GIL) while the provider works. A request with few new bytes
+(``DEFER_BYTES``) is counted on the spot: the hand-over to a thread would cost more. ``CompactionService.settle`` then
 reports it (the ``x-compaction-*`` headers, the ledger row, calibration) exactly as if it had
 been counted first: it is the same ``compact`` call, on a plan cache that holds no plan, which is
 what the cache held for the conversation when the request was checked.
@@ -31,6 +32,8 @@ __all__ = ["Counting", "count_while_forwarding"]
 
 # Never written: a request under the threshold matches no plan and makes none.
 _NO_PLANS = PlanCache(1)
+# Fewer new bytes than this are counted on the spot: handing them to a thread costs more.
+DEFER_BYTES = 8 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +64,9 @@ def count_while_forwarding(
     except (TypeError, ValueError):
         return None
     bound = tokens_at_most(request.system, request.tools, messages, dg, counter)
-    if bound is None:
+    if bound is None or bound.new_bytes < DEFER_BYTES:
         return None
-    if calibrate(bound, request.calibration) > min(policy.threshold, policy.hard_limit):
+    if calibrate(bound.tokens, request.calibration) > min(policy.threshold, policy.hard_limit):
         return None
     exact = replace(request, messages=Resent(messages, dg))  # the digests are not made again
     task = asyncio.ensure_future(

@@ -19,16 +19,22 @@ no bound (``None``), nor has one the memo cannot key. Pure.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import orjson
 
 from proxy.core.compaction.digest import Digests
 from proxy.core.tokens import BLOCK_OVERHEAD, MESSAGE_OVERHEAD, NO_KEY, TokenCounter
 
-__all__ = ["tokens_at_most"]
+__all__ = ["Bound", "tokens_at_most"]
 
 _MEDIA = (b'"image"', b'"document"')
 _TYPE = b'"type"'
+
+
+class Bound(NamedTuple):
+    tokens: int  # at least the exact estimate
+    new_bytes: int  # canonical JSON bytes of the messages the memo does not know: what is left to count
 
 
 def tokens_at_most(
@@ -37,11 +43,11 @@ def tokens_at_most(
     messages: Sequence[object],
     digests: Digests,
     counter: TokenCounter,
-) -> int | None:
+) -> Bound | None:
     """At least ``counter.count_request(system, tools, messages).total``; ``None`` when no bound
     is known (a message that may hold media, or that the memo cannot key)."""
     known = counter.known_messages(digests.keys)
-    bound = 0
+    bound = new_bytes = 0
     for message, key, tokens in zip(messages, digests.keys, known, strict=True):
         if tokens is not None:
             bound += tokens
@@ -56,5 +62,6 @@ def tokens_at_most(
             return None
         blocks = canonical.count(_TYPE) + 1  # + 1: a string content is one block
         bound += MESSAGE_OVERHEAD + BLOCK_OVERHEAD * blocks + len(canonical)
+        new_bytes += len(canonical)
     fixed = counter.count_request(system, tools, (), keys=())
-    return bound + fixed.total
+    return Bound(bound + fixed.total, new_bytes)
