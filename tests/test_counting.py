@@ -61,7 +61,10 @@ def test_the_bound_is_never_under_the_exact_count(
     dg = digests(messages, hashed=len(messages) >= 2)
     bound = tokens_at_most(system, None, messages, dg, COUNTER)
     exact = TokenCounter().count_request(system, None, messages).total
-    assert bound is not None
+    if bound is None:  # only ever for a message whose JSON shows a media word: no bound, counted
+        shown = b"".join(orjson.dumps(m) for m in messages)
+        assert b'"image"' in shown or b'"document"' in shown
+        return
     assert bound.tokens >= exact
 
 
