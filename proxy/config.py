@@ -101,6 +101,10 @@ def _positive(value: float) -> str | None:
     return None if value > 0 else "a positive number"
 
 
+def _non_negative(value: float) -> str | None:
+    return None if value >= 0 else "a number >= 0 (0 = no limit)"
+
+
 def _port(value: int) -> str | None:
     return None if 0 <= value <= 65535 else "a port number between 0 and 65535"
 
@@ -158,6 +162,10 @@ class LimitsConfig:
     body_timeout: float = field(default=30.0, metadata=_check(_positive))
     idle_timeout: float = field(default=75.0, metadata=_check(_positive))
     max_connections: int = field(default=10_000, metadata=_check(_positive))
+    # The body memo (proxy/core/reparse.py): the latest body of each conversation, parsed, so a
+    # re-sent history is not parsed again. Bytes of body text it keeps (its parsed objects take
+    # ~4-5x that in memory); 0 turns it off.
+    body_memo_bytes: int = field(default=16 * 1024 * 1024, metadata=_check(_non_negative))
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,10 +271,6 @@ class AuthConfig:
     # passthrough: one tenant, the client's own provider key goes upstream (policies_dir holds at
     # most one policy file). keys: clients send proxy-issued keys, one policy file per tenant.
     mode: str = "passthrough"
-
-
-def _non_negative(value: float) -> str | None:
-    return None if value >= 0 else "a number >= 0 (0 = no limit)"
 
 
 @dataclass(frozen=True, slots=True)

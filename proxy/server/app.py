@@ -498,7 +498,7 @@ def build_app(config: Config) -> web.Application:
     )
     app[CONFIG] = config
     app[TENANCY] = TenancyHolder(load_tenancy(config))  # invalid policies: PolicyError, no start
-    app[BODIES] = BodyMemo()
+    app[BODIES] = BodyMemo(config.limits.body_memo_bytes)
     app[METRICS] = new_metrics()
     app[STATE] = ProxyState()
     app.cleanup_ctx.append(_upstream_session)
