@@ -766,9 +766,11 @@ def test_preview_is_the_injected_block_with_excerpts_only_beside_it(admin: Admin
     # ...and it is what the edge injects for this session
     from proxy.server.durable import DurableContext
 
-    injection = admin.run(
-        DurableContext(admin.store, SourceResolver()).injection("acme", acme.sources, "s1")
-    )
+    durable = DurableContext(admin.store, SourceResolver())
+    try:
+        injection = admin.run(durable.injection("acme", acme.sources, "s1"))
+    finally:  # its audit trail writes in the background: closed while the store is open
+        admin.run(durable.checks.close())
     assert injection.block == preview["block"]
 
     sources = {s["pointer"]: s for s in preview["sources"]}
@@ -1167,7 +1169,11 @@ def test_a_resource_error_while_checking_sources_is_never_a_500(admin: Admin) ->
         raise OSError(errno.EMFILE, "Too many open files")
 
     starved = SourceResolver(opener=no_fds)
-    injection = admin.run(DurableContext(admin.store, starved).injection("acme", acme.sources, "s1"))
+    durable = DurableContext(admin.store, starved)
+    try:
+        injection = admin.run(durable.injection("acme", acme.sources, "s1"))
+    finally:  # its audit trail writes in the background: closed while the store is open
+        admin.run(durable.checks.close())
     assert injection.block == render_unavailable() and not injection.available
     checks = SourceChecks(starved, admin.store)
     try:
