@@ -343,7 +343,7 @@ def _unlink(paths: Iterable[str]) -> int:
             os.unlink(path)
             removed += 1
         except FileNotFoundError:
-            pass
+            continue  # already gone (another replica's collector, or the tenant): nothing to do
     return removed
 
 
