@@ -245,7 +245,7 @@ class UpstreamSummariser:
         self.calls = 0
         self.failures: list[str] = []
         # the credentials travel as the edge forwards an x-api-key client's own
-        # (``summary_auth_headers``): X-Api-Key, no Authorization
+        # (``proxy.server.summary_client.summary_auth_headers``): X-Api-Key, no Authorization
         self._auth: dict[str, Any] = {"X-Api-Key": api_key, "Authorization": anthropic.omit}
         self._client = anthropic.Anthropic(
             base_url=base_url,

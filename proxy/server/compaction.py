@@ -45,7 +45,7 @@ from proxy.errors import PromptTooLong
 from proxy.server.counting import Counting, count_while_forwarding
 from proxy.server.metrics import Metrics
 from proxy.server.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of
-from proxy.server.summary_client import SummaryClient, SummaryFailed
+from proxy.server.summary_client import SummaryClient, SummaryFailed, summary_auth_headers
 from proxy.store import Store, StoreError
 
 log = logging.getLogger("context_proxy.compaction")
@@ -107,6 +107,11 @@ def result_headers(result: CompactionResult) -> dict[str, str]:
     return headers
 
 
+def _estimate(result: CompactionResult, ratio: float) -> int:
+    """The uncalibrated estimate of the forwarded view (what calibration compares with)."""
+    return round(result.tokens_after / ratio) if ratio > 0 else result.tokens_after
+
+
 def _with_retrieval(
     view: dict[str, Any], result: CompactionResult, config: CompactionConfig
 ) -> dict[str, Any] | None:
@@ -141,17 +146,6 @@ def summary_key(request: SummaryRequest) -> str:
     rendered text) is the same key on every replica."""
     digest = hashlib.sha256(orjson.dumps(request.body(), option=orjson.OPT_SORT_KEYS))
     return "s1-" + digest.hexdigest()
-
-
-def summary_auth_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """The credentials the request itself goes upstream with (the tenant's policy applied):
-    its ``Authorization`` and/or ``X-Api-Key``, and nothing else."""
-    auth: dict[str, str] = {}
-    if "authorization" in headers:
-        auth["Authorization"] = headers["authorization"]
-    if "x-api-key" in headers:
-        auth["X-Api-Key"] = headers["x-api-key"]
-    return auth
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +352,7 @@ class CompactionService:
                 f" layers tried: {','.join(result.layers) or 'none'})",
                 headers=report,
             )
-        estimate = round(result.tokens_after / ratio) if ratio > 0 else result.tokens_after
+        estimate = _estimate(result, ratio)
         if not result.changed:
             return Prepared(as_sent, changed_by_edge, report, key, estimate, result)
         view = {**body, "messages": result.messages}
@@ -373,22 +367,17 @@ class CompactionService:
         counting = prepared.counting
         if counting is None:
             return prepared
-        try:
-            outcome = await counting.task
-        except orjson.JSONEncodeError:
-            log.warning("[compact] skipped: a message nests too deep to serialise")
-            self.metrics.compactions.labels("off").inc()
-            prepared.headers.update(_headers(0, 0, "none", "none", "skipped", None))
-            return replace(prepared, counting=None)
+        # every message was dumped and hashed before the count started (else no bound): the
+        # count cannot fail to serialise, and under the bound it compacts nothing
+        outcome = await counting.task
         result = outcome.result if isinstance(outcome, Done) else None
-        if result is None or result.changed:  # cannot be: nothing was compacted, say so
+        if result is None or result.changed:  # cannot be: said, and reported as skipped
             log.error("[compact] a request counted while forwarded came out compacted")
             prepared.headers.update(_headers(0, 0, "none", "none", "skipped", None))
             return replace(prepared, counting=None)
         self.metrics.child(self.metrics.compactions, result.plan_status).inc()
         prepared.headers.update(result_headers(result))
-        ratio = counting.ratio
-        estimate = round(result.tokens_after / ratio) if ratio > 0 else result.tokens_after
+        estimate = _estimate(result, counting.ratio)
         return replace(prepared, estimate=estimate, result=result, counting=None)
 
     async def _prefetch_plans(self, scope: str, anchor: str | None, *, refresh: bool = False) -> bool:

@@ -30,7 +30,14 @@ import orjson
 
 from proxy.server.ledger import CALL_CONTEXT, now_ms, record_upstream_call
 
-__all__ = ["ANTHROPIC_VERSION", "SummaryClient", "SummaryFailed", "retry_delay", "should_retry"]
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "SummaryClient",
+    "SummaryFailed",
+    "retry_delay",
+    "should_retry",
+    "summary_auth_headers",
+]
 
 ANTHROPIC_VERSION = "2023-06-01"
 INITIAL_RETRY_DELAY = 0.5
@@ -60,19 +67,36 @@ def should_retry(status: int, headers: Mapping[str, str]) -> bool:
     return status in (408, 409, 429) or status >= 500
 
 
+def summary_auth_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The credentials the request itself goes upstream with (the tenant's policy applied):
+    its ``Authorization`` and/or ``X-Api-Key``, and nothing else."""
+    auth: dict[str, str] = {}
+    if "authorization" in headers:
+        auth["Authorization"] = headers["authorization"]
+    if "x-api-key" in headers:
+        auth["X-Api-Key"] = headers["x-api-key"]
+    return auth
+
+
+def _number(text: str) -> float | None:
+    """``text`` as a number, ``None`` when it is not one (a header may hold a date)."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def _retry_after(headers: Mapping[str, str], now: float) -> float | None:
     """Seconds the provider asks us to wait, if it says so (``retry-after-ms`` first)."""
-    try:
-        return float(headers["retry-after-ms"]) / 1000
-    except (KeyError, ValueError):
-        pass
+    millis = _number(headers.get("retry-after-ms", ""))
+    if millis is not None:
+        return millis / 1000
     value = headers.get("retry-after")
     if value is None:
         return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
+    seconds = _number(value)
+    if seconds is not None:
+        return seconds
     date = email.utils.parsedate_tz(value)
     return None if date is None else float(email.utils.mktime_tz(date) - now)
 
