@@ -155,3 +155,29 @@ async def test_which_requests_are_counted_while_forwarded() -> None:
         assert prepared.counting is None
     finally:
         await service.close()
+
+
+async def test_a_large_body_never_seen_is_hashed_in_the_thread_not_on_the_loop() -> None:
+    """Over ``offload_bytes`` and new to the counter: the whole request is compacted (and so
+    hashed and counted) in a worker thread as ever, not bounded on the event loop first."""
+    from multidict import CIMultiDict, CIMultiDictProxy
+
+    from proxy.server.compaction import CompactionService
+    from proxy.server.metrics import new_metrics
+
+    config = CompactionConfig(offload_bytes=8192)
+    service = CompactionService(config, "http://127.0.0.1:9", new_metrics())
+    headers = CIMultiDictProxy(CIMultiDict({"x-api-key": KEY}))
+    try:
+        body = _body(4, size=80)  # ~16 KB, far under the threshold
+        prepared = await service.prepare(headers, body, orjson.dumps(body), "default")
+        assert prepared.counting is None
+        assert prepared.headers == _expected_headers(body)
+        # the next turn: only its last two messages are new (~4 KB): bounded on the loop
+        more = [{"role": "assistant", "content": "ok " * 700}, {"role": "user", "content": "and? " * 400}]
+        body = {**body, "messages": [*body["messages"], *more]}
+        prepared = await service.prepare(headers, body, orjson.dumps(body), "default")
+        assert prepared.counting is not None
+        assert (await service.settle(prepared)).headers == _expected_headers(body)
+    finally:
+        await service.close()

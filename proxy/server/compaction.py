@@ -300,9 +300,12 @@ class CompactionService:
             )
             anchor = anchor_of(request.messages)
             await self._prefetch_plans(scope, anchor)
-            counting = count_while_forwarding(
-                request, policy, self.counter, self.plans, scope, anchor
-            )
+            # a large body never seen before is hashed and counted in a thread (below): not here
+            counting = None
+            if not offload:
+                counting, request = count_while_forwarding(
+                    request, policy, self.counter, self.plans, scope, anchor
+                )
             if counting is not None:  # under the threshold whatever the count: forward now
                 return Prepared(as_sent, changed_by_edge, {}, key, None, counting=counting)
             outcome = await self._off_loop(

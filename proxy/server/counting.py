@@ -52,25 +52,26 @@ def count_while_forwarding(
     plans: PlanCache,
     scope: str,
     anchor: str | None,
-) -> Counting | None:
+) -> tuple[Counting | None, CompactionInput]:
     """The count started in a worker thread when ``request`` cannot reach the threshold and its
-    conversation has no plan; ``None`` otherwise (the caller compacts as ever)."""
+    conversation has no plan (``None`` otherwise: the caller compacts as ever), and the request
+    to compact then: with the digests made here, so they are not made again."""
     messages = request.messages
     if anchor is None and len(messages) >= 2:
-        return None  # not JSON all through: compact() says what it does with it
+        return None, request  # not JSON all through: compact() says what it does with it
     if anchor is not None and plans.plans(scope, anchor):
-        return None  # a plan's view is forwarded even under the threshold
+        return None, request  # a plan's view is forwarded even under the threshold
     try:
         dg = digests(messages, hashed=len(messages) >= 2)
     except (TypeError, ValueError):
-        return None
+        return None, request
+    known = replace(request, messages=Resent(messages, dg))
     bound = tokens_at_most(request.system, request.tools, messages, dg, counter)
     if bound is None or bound.new_bytes < DEFER_BYTES:
-        return None
+        return None, known
     if calibrate(bound.tokens, request.calibration) > min(policy.threshold, policy.hard_limit):
-        return None
-    exact = replace(request, messages=Resent(messages, dg))  # the digests are not made again
+        return None, known
     task = asyncio.ensure_future(
-        asyncio.to_thread(compact, exact, policy, counter, _NO_PLANS, scope)
+        asyncio.to_thread(compact, known, policy, counter, _NO_PLANS, scope)
     )
-    return Counting(task, request.calibration)
+    return Counting(task, request.calibration), known
