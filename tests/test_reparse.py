@@ -314,6 +314,33 @@ def test_a_body_whose_messages_are_not_a_list_is_not_remembered() -> None:
     assert len(memo) == 0
 
 
+def test_a_never_seen_body_is_located_only_when_a_next_turn_comes() -> None:
+    """Where a never-seen body's messages end is found when a later body looks like its next
+    turn (not for a body whose conversation never comes back): the lookup then finds it."""
+    memo = BodyMemo(min_bytes=0)
+    parse(memo, dumps(body(6)))
+    (entry,) = memo._entries.values()
+    assert not entry.located and entry.ends == []  # remembered, not scanned
+    got = parse(memo, dumps(body(8)))
+    assert got.reused == 5 and entry.located and len(entry.ends) == 6
+
+
+def test_a_body_whose_elements_cannot_be_located_is_dropped_when_looked_up() -> None:
+    """Two ``messages`` members: orjson keeps the last, the remembered array start is the
+    first's. Locating its elements then fails: the entry goes, the next body parses afresh."""
+
+    def text(n: int) -> bytes:
+        return b'{"model":"m","messages":[1],"messages":' + dumps(body(n)["messages"]) + b"}"
+
+    memo = BodyMemo(min_bytes=0)
+    parse(memo, text(6))
+    assert len(memo) == 1
+    got = parse(memo, text(8))  # (equal to orjson.loads: checked by ``parse``)
+    assert got.reused == 0
+    (entry,) = memo._entries.values()
+    assert entry.text == text(8)  # the first one was dropped at the lookup
+
+
 # --- property: any sequence of bodies ----------------------------------------------------------
 
 json_values = st.recursive(

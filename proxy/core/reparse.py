@@ -47,7 +47,9 @@ the remembered body (the edge does not check their nesting again).
 
 Cost: a continued body costs a compare of the remembered bytes (memcmp) plus parsing what is new;
 learning where a never-seen body's elements end is one msgspec scan of the text (no values built)
-and one compare; learning a continued body's new elements scans only those.
+and one compare, made only when a later body first looks like its next turn (a body whose
+conversation goes on elsewhere, or nowhere, never pays it); learning a continued body's new
+elements scans only those.
 
 Memory: entries are kept in an LRU bounded by the total size of their texts (the parsed objects
 take a few times that), 16 MiB by default: some 45 conversations of ~360 KiB; a conversation
@@ -110,6 +112,9 @@ class _Entry:
     members_known: bool = False
     digests: Digests | None = None  # of ``messages`` (when compaction hashed them)
     checkpoints: tuple[Checkpoint, ...] = ()  # validator states after the first k messages
+    # a never-seen body's elements are located when a later body first looks like its next
+    # turn (``BodyMemo._located``): until then ``ends`` is empty and ``trailer`` unknown
+    located: bool = True
 
 
 @dataclass(slots=True, eq=False)
@@ -154,7 +159,7 @@ class Parsed:
         if len(digests.messages) >= len(entry.messages) and all(
             a is b for a, b in zip(entry.messages, digests.messages, strict=False)
         ):
-            entry.digests = digests
+            entry.digests = digests.carried()
 
 
 @dataclass(slots=True, frozen=True)
@@ -206,8 +211,10 @@ class BodyMemo:
                         break  # the body's own array, never seen: no later start can be it
                     continue  # a nested "messages" key: the array is further on
                 best: tuple[int, _Entry] | None = None
-                for entry in group:
-                    if entry.start != start or not _same_first(text, entry):
+                for entry in list(group):
+                    if entry.start != start or not self._located(entry):
+                        continue
+                    if not _same_first(text, entry):
                         continue  # another conversation (one compare, to its first difference)
                     j = _common(text, entry)
                     if j and (best is None or j > best[0]):
@@ -340,16 +347,21 @@ class BodyMemo:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return None
+        located = prev is not None
         if prev is not None:
             start, head = prev.start, prev.head
             ends = prev.ends[: parsed.reused]
             ends += _new_ends(parsed, len(messages) - parsed.reused) or []
+            count = len(ends)
         else:
-            found = _locate(text, len(messages))
+            # Where a never-seen body's elements end is found only if a next turn comes: one
+            # msgspec scan of the whole text, wasted on a body whose conversation goes on
+            # elsewhere (another replica) or not at all. Here: where its array starts.
+            found = _array_of(text)
             if found is None:
                 return None
-            start, head, ends = found
-        count = len(ends)
+            start, head = found
+            ends, count = [], len(messages)
         entry = _Entry(
             parsed.scope,
             _probe(text, start),
@@ -359,13 +371,27 @@ class BodyMemo:
             ends,
             list(messages[:count]),
             checkpoints=tuple(cp for cp in checkpoints if cp.index <= count),
+            located=located,
         )
-        if count == len(messages):
+        if located and count == len(messages):
             entry.trailer = text[ends[-1] :]
             if parsed._members is not None:  # continued: the members after the array, parsed
                 entry.members, entry.members_known = parsed._members, True
         self._add(entry)
         return entry
+
+    def _located(self, entry: _Entry) -> bool:
+        """Whether ``entry``'s elements are located (locating them now if not yet); an entry
+        whose elements cannot be located is dropped."""
+        if entry.located:
+            return True
+        ends = _element_ends_of(entry.text, entry.start, len(entry.messages))
+        if ends is None:
+            self._drop(entry)
+            return False
+        entry.ends, entry.located = ends, True
+        entry.trailer = entry.text[ends[-1] :]
+        return True
 
     def _add(self, entry: _Entry) -> None:
         self._entries[id(entry)] = entry
@@ -428,22 +454,24 @@ def _common(text: bytes, entry: _Entry) -> int:
     return lo
 
 
-def _locate(text: bytes, count: int) -> tuple[int, dict[str, Any], list[int]] | None:
-    """Where the top-level ``messages`` array of a never-seen ``text`` (valid JSON, ``count``
-    elements) starts, the members before it, and where its elements end."""
+def _array_of(text: bytes) -> tuple[int, dict[str, Any]] | None:
+    """Where the top-level ``messages`` array of a never-seen ``text`` (valid JSON) starts,
+    and the members before it."""
     for tried, start in enumerate(array_starts(text)):
         if tried == _TRIED_STARTS:
             return None
         head = _top_level(text, start)
         if head is not None:
-            break
-    else:
-        return None
+            return start, head
+    return None
+
+
+def _element_ends_of(text: bytes, start: int, count: int) -> list[int] | None:
+    """Where the ``count`` elements of the array starting at ``start`` in ``text`` end."""
     raws = elements(text)
     if raws is None or len(raws) != count:
         return None
-    ends = element_ends(text, start, raws)
-    return None if ends is None else (start, head, ends)
+    return element_ends(text, start, raws)
 
 
 def _new_ends(parsed: Parsed, count: int) -> list[int] | None:
