@@ -15,8 +15,9 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.core.nesting import MAX_DEPTH, fits, nesting_violation, too_deep
+from proxy.core.nesting import MAX_DEPTH, check_nesting, fits, nesting_violation, too_deep
 from proxy.core.reparse import BodyMemo, Parsed
+from proxy.core.tokens import canonical_all
 
 
 def _walk_everything(body: dict[str, Any]) -> str | None:
@@ -111,6 +112,26 @@ def test_a_body_parsed_afresh_is_answered_as_the_walk_answers(position: str, lev
     want = _walk_everything(body)
     assert (want is None) == (level <= MAX_DEPTH)
     assert nesting_violation(body) == want
+
+
+@pytest.mark.parametrize("checked", [0, 3])
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("position", POSITIONS)
+def test_the_check_hands_on_the_canonical_json_of_the_messages_it_checked(
+    position: str, level: int, checked: int
+) -> None:
+    """What the edge passes on to compaction: the canonical JSON of the messages the check
+    walked (from ``checked`` on), exactly ``canonical_all``'s; none when a message is refused."""
+    body = orjson.loads(orjson.dumps(deep_at(position, level)))
+    violation, made = check_nesting(body, checked)
+    assert violation == nesting_violation(body, checked)
+    new = body["messages"][checked:]
+    if violation is None:
+        assert made is not None and made.start == checked
+        assert list(made.items) == canonical_all(new)
+        assert all(a is b for a, b in zip(made.objects, new, strict=True))
+    elif violation.startswith("messages."):
+        assert made is None
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -768,3 +768,27 @@ def test_seen_message_knows_what_the_pipeline_counted() -> None:
     canonical = canonical_all([plain])
     counter.count_request(None, None, [plain], canonical=canonical, marked=containing(canonical, b'"cache_control"'))
     assert counter.seen_message(marked)
+
+
+def test_fixed_parts_are_counted_once_for_the_same_objects(transcript: dict[str, Any]) -> None:
+    """``count_fixed`` gives ``count_request``'s system and tools counts; the same objects again
+    are answered by identity (the block memo is not even asked), equal copies are counted."""
+    system, tools = transcript["system"], transcript["tools"]
+    tc = TokenCounter()
+    want = tc.count_request(system, tools, [])
+    assert tc.count_fixed(system, tools) == (want.system, want.tools)
+    asked = tc.hits + tc.misses
+    assert tc.count_fixed(system, tools) == (want.system, want.tools)
+    assert tc.hits + tc.misses == asked  # found by identity
+    copies = orjson.loads(orjson.dumps([system, tools]))
+    assert tc.count_fixed(*copies) == (want.system, want.tools)
+    assert tc.hits + tc.misses > asked  # other objects: counted through the block memo
+    assert tc.count_request(system, tools, [], same_objects=True) == want
+
+
+def test_fixed_parts_memo_is_bounded() -> None:
+    tc = TokenCounter()
+    tools = [[{"name": f"t{i}", "description": "d", "input_schema": {}}] for i in range(200)]
+    for t in tools:
+        tc.count_fixed("s", t)
+    assert len(tc._fixed) <= 64

@@ -14,12 +14,14 @@ the path. The walk is iterative: no recursion, whatever the input. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
-from typing import Any
+from collections.abc import Collection, Iterator, Sequence
+from typing import Any, cast
 
 import orjson
 
-__all__ = ["MAX_DEPTH", "fits", "nesting_violation", "too_deep"]
+from proxy.core.tokens import Canonical, canonical_all
+
+__all__ = ["MAX_DEPTH", "canonical_within", "fits", "nesting_violation", "too_deep"]
 
 MAX_DEPTH = 128
 # orjson writes at most this many nested containers ("Recursion limit reached" beyond)
@@ -51,6 +53,19 @@ def fits(value: Any, level: int = 2) -> bool:
         return True
     wrap = _ORJSON_LEVELS - MAX_DEPTH + level - 1
     return _FAST and wrap >= 0 and _writes(_nested(value, wrap))
+
+
+def canonical_within(messages: Sequence[Any], start: int) -> Canonical | None:
+    """The canonical JSON (``tokens.canonical_json``) of ``messages[start:]`` (elements at level
+    3), made here because it makes the check cheap: the first serialisation of a freshly parsed
+    string encodes it to UTF-8 (CPython keeps that with the string), so the check's pass (see
+    ``fits``) over what was just dumped costs a fraction of a first pass. ``None`` when one
+    is not JSON to orjson or does not fit: the exact walk then decides."""
+    new = tuple(messages[start:])
+    items = canonical_all(new)
+    if any(item is None for item in items) or not fits(list(new)):
+        return None
+    return Canonical(start, tuple(cast("list[bytes]", items)), new)
 
 
 def _children(value: Any) -> Iterator[tuple[str | int, Any]]:
@@ -98,22 +113,31 @@ def nesting_violation(
     ``checked_messages``: leading messages already checked (the same objects as in an earlier,
     accepted body) are not checked again; nor are the members named in ``checked_members``
     (values of an earlier, accepted body)."""
+    return check_nesting(body, checked_messages, checked_members)[0]
+
+
+def check_nesting(
+    body: dict[str, Any], checked_messages: int = 0, checked_members: Collection[str] = ()
+) -> tuple[str | None, Canonical | None]:
+    """``nesting_violation``, and the canonical JSON of the messages it checked (when the
+    pass that checked them made it: see ``canonical_within``)."""
+    canonical: Canonical | None = None
     for name, value in body.items():
         if name == "messages" and isinstance(value, list):
-            new = value[checked_messages:]
-            if fits(new):  # the new messages, at level 3 as a level-2 list's elements
+            canonical = canonical_within(value, checked_messages)
+            if canonical is not None:  # the new messages, each at level 3
                 continue
             for i in range(checked_messages, len(value)):
                 found = too_deep(value[i], 3)
                 if found is not None:
-                    return _message(("messages", i, *found))
+                    return _message(("messages", i, *found)), None
             continue
         if name in checked_members or fits(value):
             continue
         found = too_deep(value, 2)
         if found is not None:
-            return _message((name, *found))
-    return None
+            return _message((name, *found)), None
+    return None, canonical
 
 
 def _message(path: tuple[str | int, ...]) -> str:

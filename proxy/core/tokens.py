@@ -60,6 +60,7 @@ loading any other name would download, so it falls back instead.
 from __future__ import annotations
 
 import math
+import operator
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
@@ -179,6 +180,28 @@ def canonical_json(value: object) -> bytes | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class Canonical:
+    """``canonical_json`` of each of a messages list's elements from ``start`` on, made where
+    they were walked anyway (the edge's nesting check): whoever needs them does not dump them
+    again. Only for the list it was made of (the same objects, unchanged)."""
+
+    start: int
+    items: tuple[bytes, ...]
+    objects: tuple[object, ...]  # the elements they are of (matched by identity)
+
+    def of(self, messages: Sequence[object], start: int) -> list[bytes | None]:
+        """``canonical_all(messages[start:])``, taking the ones made here (for the very same
+        objects at the same places)."""
+        if (
+            start >= self.start
+            and self.start + len(self.items) == len(messages)
+            and all(map(operator.is_, messages[start:], self.objects[start - self.start :]))
+        ):
+            return list(self.items[start - self.start :])
+        return canonical_all(messages[start:])
+
+
 def canonical_all(values: Sequence[object]) -> list[bytes | None]:
     """``canonical_json`` of each value."""
     try:
@@ -287,6 +310,11 @@ def _message_key(message: object, canonical: bytes | None, marked: bool) -> int:
     return xxhash.xxh3_64_intdigest(canonical, seed=_SEED_MESSAGE)
 
 
+# system prompts and tool lists whose counts ``count_fixed`` remembers by identity: one per
+# conversation in flight is enough (a miss costs what a count without it costs)
+_FIXED_ENTRIES = 64
+
+
 class TokenCounter:
     """Counts blocks, messages and requests, memoising per-block counts by content hash (and
     per-message counts, when the caller supplies the messages' canonical JSON).
@@ -300,6 +328,7 @@ class TokenCounter:
         "_cache",
         "_cache_size",
         "_encoding",
+        "_fixed",
         "_hits",
         "_loaded",
         "_lock",
@@ -326,6 +355,7 @@ class TokenCounter:
         self._message_cache_size = max(
             0, self._cache_size // 4 if message_cache_size is None else message_cache_size
         )
+        self._fixed: dict[int, tuple[object, object, int, int]] = {}
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
@@ -406,6 +436,7 @@ class TokenCounter:
         canonical: Sequence[bytes | None] | None = None,
         marked: Sequence[bool] | None = None,
         keys: Sequence[int] | None = None,
+        same_objects: bool = False,
     ) -> RequestCount:
         """Count a request. ``system``: None, a string or a list of text blocks; ``tools``: None
         or a list of tool definitions; ``messages``: the ``messages`` list.
@@ -415,10 +446,14 @@ class TokenCounter:
         ``marked`` (optional) is ``containing(canonical, MARKER_JSON)``, if the caller has it.
         ``keys`` instead: each message's ``message_keys`` entry, when the caller has those (one
         hashing pass then serves this and the prefix hashes).
+        ``same_objects``: ``system`` and ``tools`` are values nobody mutates (a parsed request's),
+        so their counts are remembered by identity (``count_fixed``).
         The counts are the same either way; only the memo statistics differ (a message-level hit
         visits no block, so it adds nothing to ``hits``)."""
-        system_tokens = self._count_system(system)
-        tools_tokens = self._count_tools(tools)
+        if same_objects:
+            system_tokens, tools_tokens = self.count_fixed(system, tools)
+        else:
+            system_tokens, tools_tokens = self._count_system(system), self._count_tools(tools)
         if keys is not None:
             if len(keys) != len(messages):
                 raise ValueError("keys must hold one entry per message")
@@ -437,6 +472,27 @@ class TokenCounter:
             tools=tools_tokens,
             messages=per_message,
         )
+
+    def count_fixed(self, system: object, tools: object) -> tuple[int, int]:
+        """The tokens of ``system`` and of ``tools``, remembered for these very objects.
+
+        An agent sends the same system prompt and tool definitions every turn, and the edge's
+        body memo hands them on as the objects it parsed the first time: their counts are then
+        found by identity, without the canonical dumps and hashes of every tool that the block
+        memo's keys take (tens of KiB for a coding agent's tools). The entries hold the objects,
+        so an id is never reused while its entry is there. Callers pass only values nobody
+        mutates (parsed requests: the core never mutates one, the edge keeps them as parsed)."""
+        key = id(system) ^ (id(tools) * 31)
+        with self._lock:
+            found = self._fixed.get(key)
+        if found is not None and found[0] is system and found[1] is tools:
+            return found[2], found[3]
+        counts = self._count_system(system), self._count_tools(tools)
+        with self._lock:
+            if len(self._fixed) >= _FIXED_ENTRIES:
+                del self._fixed[next(iter(self._fixed))]  # the oldest
+            self._fixed[key] = (system, tools, *counts)
+        return counts
 
     def uncached_bytes(self, system: object, tools: object, messages: Sequence[object]) -> int:
         """Canonical bytes of the request's blocks that are not in the memo: the tokenising work a

@@ -19,7 +19,7 @@ from multidict import CIMultiDict
 from proxy.compaction_policy import model_windows
 from proxy.config import Config
 from proxy.console.routes import add_console_routes
-from proxy.core.nesting import MAX_DEPTH, nesting_violation
+from proxy.core.nesting import MAX_DEPTH, check_nesting
 from proxy.core.protocol import scan_messages
 from proxy.core.reparse import BodyMemo, Parsed
 from proxy.errors import (
@@ -259,7 +259,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     body = parsed.body
     n = len(body["messages"])
     keep = range(max(0, n - CHECKPOINTS_KEPT), n + 1) if parsed.rememberable else ()
-    too_deep = nesting_violation(body, parsed.reused, parsed.reused_members)
+    too_deep, canonical = check_nesting(body, parsed.reused, parsed.reused_members)
     if too_deep is not None:
         raise InvalidRequest(too_deep)
     violation, checkpoints = scan_messages(body["messages"], parsed.checkpoint, keep)
@@ -297,6 +297,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             upstream_headers=headers,
             transcript=naming,
             offer_retrieval=session is not None,
+            canonical=canonical,
         )
     extra_headers.update(prepared.headers)
     result = prepared.result

@@ -40,7 +40,7 @@ from proxy.core.compaction.digest import Resent
 from proxy.core.compaction.retrieval import offer_tool, plan_names_pointers
 from proxy.core.durable import InvalidWrite
 from proxy.core.limits import Limits, ModelWindow, betas_of
-from proxy.core.tokens import Calibration, TokenCounter
+from proxy.core.tokens import Calibration, Canonical, TokenCounter
 from proxy.errors import PromptTooLong
 from proxy.server.counting import Counting, count_while_forwarding
 from proxy.server.metrics import Metrics
@@ -260,9 +260,11 @@ class CompactionService:
         upstream_headers: Mapping[str, str] | None = None,
         transcript: TranscriptNaming | None = None,
         offer_retrieval: bool = False,
+        canonical: Canonical | None = None,
     ) -> Prepared:
         """What to forward for ``body``. ``raw`` is the client's exact bytes for ``body``, or
-        ``None`` when the edge already changed the body (durable context was injected)."""
+        ``None`` when the edge already changed the body (durable context was injected);
+        ``canonical``: what the edge made of its messages' canonical JSON."""
         config = config or self.config
         model = body.get("model") if isinstance(body.get("model"), str) else ""
         assert isinstance(model, str)
@@ -293,6 +295,7 @@ class CompactionService:
             calibration=ratio,
             artifact_session=artifact_session,
             transcript=transcript,
+            canonical=canonical,
         )
         try:
             offload = len(as_sent) > config.offload_bytes and not self._seen_before(

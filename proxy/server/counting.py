@@ -62,7 +62,7 @@ def count_while_forwarding(
     if anchor is not None and plans.plans(scope, anchor):
         return None, request  # a plan's view is forwarded even under the threshold
     try:
-        dg = digests(messages, hashed=len(messages) >= 2)
+        dg = digests(messages, hashed=len(messages) >= 2, made=request.canonical)
     except (TypeError, ValueError):
         return None, request
     known = replace(request, messages=Resent(messages, dg))

@@ -28,7 +28,15 @@ from proxy.core.compaction import (
 from proxy.core.compaction.context import COMPACTION_JSON
 from proxy.core.compaction.digest import Digests, Resent, digests
 from proxy.core.compaction.plan import prefix_hashes
-from proxy.core.tokens import MARKER_JSON, TokenCounter, canonical_all, containing, message_keys
+from proxy.core.nesting import canonical_within
+from proxy.core.tokens import (
+    MARKER_JSON,
+    Canonical,
+    TokenCounter,
+    canonical_all,
+    containing,
+    message_keys,
+)
 from tests.compaction.test_reuse import claude_code_markers
 from tests.strategies import Conversation, conversations, policies
 
@@ -45,10 +53,10 @@ def run(
     policy: CompactionPolicy,
     plans: PlanCache,
     counter: TokenCounter,
+    canonical: Canonical | None = None,
 ) -> CompactionResult:
-    outcome = compact(
-        CompactionInput(conv.system, conv.tools, messages, "m"), policy, counter, plans, "t"
-    )
+    request = CompactionInput(conv.system, conv.tools, messages, "m", canonical=canonical)
+    outcome = compact(request, policy, counter, plans, "t")
     while not isinstance(outcome, Done):
         outcome = step(outcome.continuation, "a summary of the earlier turns")
     return outcome.result
@@ -107,7 +115,11 @@ def test_carried_digests_give_the_result_of_hashing_everything(
         plain = run(conv, request, policy, plain_plans, plain_counter)
         messages = resent(previous, request, known)
         snapshot = copy.deepcopy(list(messages))
-        carried = run(conv, messages, policy, carried_plans, carried_counter)
+        # as the edge does: the nesting check made the new messages' canonical JSON
+        same = sum(1 for a, b in zip(messages, previous, strict=False) if a is b)
+        made = canonical_within(messages, same)
+        assert made is not None and list(made.items) == canonical_all(messages[same:])
+        carried = run(conv, messages, policy, carried_plans, carried_counter, made)
         assert list(messages) == snapshot  # never mutated
         assert [orjson.dumps(m) for m in carried.messages] == [
             orjson.dumps(m) for m in plain.messages
@@ -176,3 +188,23 @@ def test_unhashed_digests_are_not_carried_into_hashed_ones() -> None:
     got = digests(Resent([*messages, {"role": "assistant", "content": "x"}], known))
     assert got.hashed
     assert got.hashes == prefix_hashes(list(got.messages))
+
+
+def test_canonical_made_for_other_objects_is_not_taken() -> None:
+    """``Canonical`` serves only the very objects it was made of: equal-length lists of other
+    messages get their own canonical JSON."""
+    a = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}]
+    b = [{"role": "user", "content": "uno"}, {"role": "assistant", "content": "dos"}]
+    made = canonical_within(a, 0)
+    assert made is not None
+    assert made.of(b, 0) == canonical_all(b)
+    assert made.of(a, 1) == canonical_all(a[1:])
+    assert digests(b, made=made) == digests(b)
+
+
+def test_digests_handed_on_drop_their_canonical_json() -> None:
+    messages = [{"role": "user", "content": "one"}, {"role": "assistant", "content": "two"}]
+    dg = digests(messages)
+    assert [dg.canonical(i) for i in range(2)] == canonical_all(messages)
+    kept = dg.carried()
+    assert kept == dg and kept.fresh == () and kept.canonical(0) is None

@@ -48,20 +48,21 @@ def tokens_at_most(
     is known (a message that may hold media, or that the memo cannot key)."""
     known = counter.known_messages(digests.keys)
     bound = new_bytes = 0
-    for message, key, tokens in zip(messages, digests.keys, known, strict=True):
+    for i, (message, key, tokens) in enumerate(zip(messages, digests.keys, known, strict=True)):
         if tokens is not None:
             bound += tokens
             continue
         if key == NO_KEY or type(message) is not dict:
             return None
-        try:
-            canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
-        except TypeError:
-            return None
+        canonical = digests.canonical(i)  # made by the digests (the same canonical JSON)
+        if canonical is None:
+            try:
+                canonical = orjson.dumps(message, option=orjson.OPT_SORT_KEYS)
+            except TypeError:
+                return None
         if any(media in canonical for media in _MEDIA):
             return None
         blocks = canonical.count(_TYPE) + 1  # + 1: a string content is one block
         bound += MESSAGE_OVERHEAD + BLOCK_OVERHEAD * blocks + len(canonical)
         new_bytes += len(canonical)
-    fixed = counter.count_request(system, tools, (), keys=())
-    return Bound(bound + fixed.total, new_bytes)
+    return Bound(bound + sum(counter.count_fixed(system, tools)), new_bytes)

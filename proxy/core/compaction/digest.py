@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import xxhash
@@ -27,7 +27,13 @@ import xxhash
 from proxy.core.compaction.context import COMPACTION_JSON
 from proxy.core.compaction.plan import message_hash, rolling_hashes
 from proxy.core.compaction.view import Message
-from proxy.core.tokens import MARKER_JSON, canonical_all, containing_each, message_keys
+from proxy.core.tokens import (
+    MARKER_JSON,
+    Canonical,
+    canonical_all,
+    containing_each,
+    message_keys,
+)
 
 __all__ = ["Digests", "Resent", "digests"]
 
@@ -44,10 +50,24 @@ class Digests:
     marked: tuple[bool, ...]  # may hold a ``cache_control`` marker
     compaction: tuple[bool, ...]  # may hold a provider ``compaction`` block
     hashes: tuple[str, ...]  # ``plan.prefix_hashes`` (n + 1); empty when not ``hashed``
+    # the canonical JSON made for these digests: of the messages from ``fresh_from`` on (the
+    # ones not carried from an earlier request), for the request's own later use (its token
+    # bound); ``carried`` drops it
+    fresh: tuple[bytes | None, ...] = field(default=(), compare=False, repr=False)
+    fresh_from: int = field(default=0, compare=False, repr=False)
 
     @property
     def hashed(self) -> bool:
         return len(self.hashes) == len(self.messages) + 1
+
+    def canonical(self, i: int) -> bytes | None:
+        """The canonical JSON of message ``i`` when these digests made it (else ``None``)."""
+        j = i - self.fresh_from
+        return self.fresh[j] if 0 <= j < len(self.fresh) else None
+
+    def carried(self) -> Digests:
+        """These digests without the canonical JSON: what an earlier request hands on."""
+        return replace(self, fresh=(), fresh_from=0) if self.fresh else self
 
 
 class Resent(list[Any]):
@@ -73,13 +93,16 @@ def _reused(messages: Sequence[Message], known: Digests | None, hashed: bool) ->
         return limit
 
 
-def digests(messages: Sequence[Message], hashed: bool = True) -> Digests:
+def digests(
+    messages: Sequence[Message], hashed: bool = True, made: Canonical | None = None
+) -> Digests:
     """The ``Digests`` of ``messages``; ``hashed``: with own and prefix hashes too (they need
-    every message to be JSON, else ``TypeError``, as ``prefix_hashes``)."""
+    every message to be JSON, else ``TypeError``, as ``prefix_hashes``). ``made``: canonical
+    JSON of some of them already made (by the edge's nesting check)."""
     known = messages.known if isinstance(messages, Resent) else None
     k = _reused(messages, known, hashed)
     tail = messages[k:]
-    canonical = canonical_all(tail)
+    canonical = made.of(messages, k) if made is not None else canonical_all(tail)
     marked, found = containing_each(canonical, (MARKER_JSON, COMPACTION_JSON))
     keys = message_keys(tail, canonical, marked)
     own: list[int] = []
@@ -95,7 +118,13 @@ def digests(messages: Sequence[Message], hashed: bool = True) -> Digests:
     if known is None or k == 0:
         hashes = (_ZERO, *rolling_hashes(own)) if hashed else ()
         return Digests(
-            tuple(messages), tuple(own), tuple(keys), tuple(marked), tuple(found), hashes
+            tuple(messages),
+            tuple(own),
+            tuple(keys),
+            tuple(marked),
+            tuple(found),
+            hashes,
+            tuple(canonical),
         )
     hashes = (*known.hashes[: k + 1], *rolling_hashes(own, known.hashes[k])) if hashed else ()
     return Digests(
@@ -105,4 +134,6 @@ def digests(messages: Sequence[Message], hashed: bool = True) -> Digests:
         (*known.marked[:k], *marked),
         (*known.compaction[:k], *found),
         hashes,
+        tuple(canonical),
+        k,
     )

@@ -70,7 +70,7 @@ from proxy.core.compaction.view import (
     role_of,
 )
 from proxy.core.protocol import validate_messages
-from proxy.core.tokens import RequestCount, TokenCounter
+from proxy.core.tokens import Canonical, RequestCount, TokenCounter
 
 __all__ = [
     "CompactionInput",
@@ -104,6 +104,8 @@ class CompactionInput:
     # With a session whose transcript holds these messages, the bridge names the removed turns
     # by their transcript pointers (the model can read them back: context_proxy_retrieve).
     transcript: TranscriptNaming | None = None
+    # the canonical JSON of (some of) ``messages`` when the edge made it already
+    canonical: Canonical | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,8 +409,10 @@ def compact(
     # one canonical dump per message (none for messages whose digests a ``Resent`` list
     # carries) serves the token memo, the prefix hashes and the searches for markers and
     # compaction blocks (which walk the blocks only of messages that may have one)
-    dg = digests(messages, hashed=n >= 2)
-    count = counter.count_request(request.system, request.tools, messages, keys=dg.keys)
+    dg = digests(messages, hashed=n >= 2, made=request.canonical)
+    count = counter.count_request(
+        request.system, request.tools, messages, keys=dg.keys, same_objects=True
+    )
     ratio = request.calibration
     ctx = LayerContext(
         messages, policy, counter, count.system + count.tools, ratio, request.artifact_session
