@@ -222,6 +222,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help=f"comma-separated rows or families to run (default: {ALL_ROWS}); e.g. session_spaced, cold")
     p.add_argument("--styles", default=",".join(workloads.STYLES),
                    help=f"JSON styles of the session and cold rows (default: {','.join(workloads.STYLES)})")
+    p.add_argument("--baseline-root", default="", metavar="PATH",
+                   help="also run the proxy from another checkout (e.g. `git worktree add /tmp/base <commit>`) as "
+                        "the target 'baseline', interleaved with this one: a before/after in one run")
     p.add_argument("--peers", default="", help="comma-separated peers to add as targets (litellm,headroom; "
                    "bench/peers.py starts them; skipped with the reason when unavailable)")
     p.add_argument("--n-1k", type=int, help="iterations, json_1k (default 3000; quick 2000)")
@@ -284,6 +287,20 @@ def start_peers(names: list[str], upstream_url: str, tmp: Path, urls: dict[str, 
     return skipped
 
 
+def spawn_baseline(args: argparse.Namespace, upstream_url: str, tmp: Path, port: int) -> str:
+    """The proxy as another checkout has it (its ``proxy`` package first on the path), with its
+    own state: one more target, measured like the peers (``x proxy``: its added latency over
+    this proxy's)."""
+    root = Path(args.baseline_root).resolve()
+    if not (root / "proxy" / "__init__.py").is_file():
+        raise SystemExit(f"--baseline-root: {root} holds no proxy package")
+    cfg = write_proxy_config(tmp, upstream_url, args, name="baseline")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    child = spawn_logged("baseline", [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--config", str(cfg)],
+                         tmp, f"http://127.0.0.1:{port}" if port else "", env=env)
+    return child.url
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args._role == "upstream":
@@ -312,6 +329,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             spawn_logged("floor", [sys.executable, str(Path(__file__).resolve()), "--_role", "relay",
                                    "--upstream", up.url], tmp)
             urls = {"direct": up.url, "floor": CHILDREN["floor"].url, "proxy": proxy.url}
+            if args.baseline_root:
+                urls["baseline"] = spawn_baseline(args, up.url, tmp, port=0 if port == 0 else free_port())
             peers_skipped = start_peers([p for p in args.peers.split(",") if p], up.url, tmp, urls)
             for why in peers_skipped:
                 print(f"peer skipped: {why}", file=sys.stderr, flush=True)

@@ -265,12 +265,13 @@ def spawn_upstream() -> Child:
 CHILDREN: dict[str, Any] = {}  # name -> Child or PeerChild, in start order
 
 
-def spawn_logged(name: str, argv: list[str], tmp: Path, url: str = "") -> Child:
+def spawn_logged(name: str, argv: list[str], tmp: Path, url: str = "", env: dict[str, str] | None = None) -> Child:
     """Start a child with its stderr in a file (a full pipe would stall it), register it in
     CHILDREN at once (so that it is stopped even if it never comes up), wait until it listens."""
     log_path = tmp / f"{name}.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL, cwd=tmp)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL, cwd=tmp,
+                                env=env)
     child = CHILDREN[name] = Child(name, proc, url, log_path)
     child.url = _wait_listening(child)
     return child
@@ -296,20 +297,20 @@ class PeerChild:
         self.peer.stop()
 
 
-def write_proxy_config(tmp: Path, upstream_url: str, args: argparse.Namespace) -> Path:
+def write_proxy_config(tmp: Path, upstream_url: str, args: argparse.Namespace, name: str = "proxy") -> Path:
     cfg: dict[str, Any] = {
         "listen": {"host": "127.0.0.1"},
         "upstream": {"base_url": upstream_url, "pool_size": max(1024, args.conc_streams + 64)},
         "limits": {"max_concurrent_requests": max(2048, args.conc_streams * 2)},
         "shutdown": {"grace_seconds": 5},
-        "state_dir": str(tmp / "state"),
+        "state_dir": str(tmp / f"state-{name}"),
         "logging": {"level": args.proxy_log_level},
     }
     if args.compaction == "off":
         cfg["compaction"] = {"enabled": False}
     if args.ledger == "off":
         cfg["ledger"] = {"enabled": False}
-    path = tmp / "proxy.yaml"
+    path = tmp / f"{name}.yaml"
     path.write_text(json.dumps(cfg, indent=2))  # JSON is YAML
     return path
 
