@@ -14,6 +14,7 @@ the path. The walk is iterative: no recursion, whatever the input. Pure.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any, cast
 
@@ -46,13 +47,37 @@ def _writes(value: Any) -> bool:
 _FAST = _writes(_nested(None, _ORJSON_LEVELS)) and not _writes(_nested(None, _ORJSON_LEVELS + 1))
 
 
+_wrappers = threading.local()  # per thread: levels -> (outermost list, innermost list)
+
+
+def _writes_within(value: Any, levels: int) -> bool:
+    """``_writes(_nested(value, levels))`` without building the lists each time: one chain per
+    thread and depth, its innermost slot set for the call (orjson calls back into no Python
+    code while it writes, so nothing else sees the slot in between)."""
+    chains = getattr(_wrappers, "chains", None)
+    if chains is None:
+        chains = _wrappers.chains = {}
+    chain = chains.get(levels)
+    if chain is None:
+        inner: list[Any] = [None]
+        chain = chains[levels] = (_nested(inner, levels - 1), inner)
+    outer, inner = chain
+    inner[0] = value
+    try:
+        return _writes(outer)
+    finally:
+        inner[0] = None  # holds nothing between calls
+
+
 def fits(value: Any, level: int = 2) -> bool:
     """Whether nothing in ``value`` (a value at ``level``) is nested deeper than
     :data:`MAX_DEPTH` levels, by the fast check; ``False`` also means "not known"."""
     if not isinstance(value, dict | list):
         return True
     wrap = _ORJSON_LEVELS - MAX_DEPTH + level - 1
-    return _FAST and wrap >= 0 and _writes(_nested(value, wrap))
+    if wrap == 0:
+        return _FAST and _writes(value)
+    return _FAST and wrap > 0 and _writes_within(value, wrap)
 
 
 def canonical_within(messages: Sequence[Any], start: int) -> Canonical | None:
@@ -122,17 +147,31 @@ def check_nesting(
     """``nesting_violation``, and the canonical JSON of the messages it checked (when the
     pass that checked them made it: see ``canonical_within``)."""
     canonical: Canonical | None = None
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        canonical = canonical_within(messages, checked_messages)  # each at level 3
+    members = [
+        value
+        for name, value in body.items()
+        if isinstance(value, dict | list)
+        and name not in checked_members
+        and not (name == "messages" and isinstance(value, list))
+    ]
+    # all the other members at once (a level-1 list of level-2 values, as in the body)
+    members_fit = not members or fits(members, 1)
+    if members_fit and (canonical is not None or not isinstance(messages, list)):
+        return None, canonical
+    # something is (or may be) too deep: the walk names the first path, in the body's order
     for name, value in body.items():
         if name == "messages" and isinstance(value, list):
-            canonical = canonical_within(value, checked_messages)
-            if canonical is not None:  # the new messages, each at level 3
+            if canonical is not None:
                 continue
             for i in range(checked_messages, len(value)):
                 found = too_deep(value[i], 3)
                 if found is not None:
                     return _message(("messages", i, *found)), None
             continue
-        if name in checked_members or fits(value):
+        if name in checked_members or members_fit:
             continue
         found = too_deep(value, 2)
         if found is not None:

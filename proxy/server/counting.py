@@ -66,6 +66,8 @@ def count_while_forwarding(
     except (TypeError, ValueError):
         return None, request
     known = replace(request, messages=Resent(messages, dg))
+    if sum([len(c) for c in dg.fresh if c is not None]) < DEFER_BYTES:
+        return None, known  # few bytes new since the conversation's previous request
     bound = tokens_at_most(request.system, request.tools, messages, dg, counter)
     if bound is None or bound.new_bytes < DEFER_BYTES:
         return None, known
