@@ -67,7 +67,7 @@ from bench.measure import (  # noqa: E402
     run_concurrency,
     run_latency,
 )
-from bench.report import code_version, machine_info, print_report, print_verdict, verdict  # noqa: E402
+from bench.report import BASELINE, code_version, machine_info, print_report, print_verdict, verdict  # noqa: E402
 from bench.servers import (  # noqa: E402
     CHILDREN,
     PeerChild,
@@ -294,9 +294,9 @@ def spawn_baseline(args: argparse.Namespace, upstream_url: str, tmp: Path, port:
     root = Path(args.baseline_root).resolve()
     if not (root / "proxy" / "__init__.py").is_file():
         raise SystemExit(f"--baseline-root: {root} holds no proxy package")
-    cfg = write_proxy_config(tmp, upstream_url, args, name="baseline")
+    cfg = write_proxy_config(tmp, upstream_url, args, name=BASELINE)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    child = spawn_logged("baseline", [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--config", str(cfg)],
+    child = spawn_logged(BASELINE, [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--config", str(cfg)],
                          tmp, f"http://127.0.0.1:{port}" if port else "", env=env)
     return child.url
 
@@ -330,7 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "--upstream", up.url], tmp)
             urls = {"direct": up.url, "floor": CHILDREN["floor"].url, "proxy": proxy.url}
             if args.baseline_root:
-                urls["baseline"] = spawn_baseline(args, up.url, tmp, port=0 if port == 0 else free_port())
+                urls[BASELINE] = spawn_baseline(args, up.url, tmp, port=0 if port == 0 else free_port())
             peers_skipped = start_peers([p for p in args.peers.split(",") if p], up.url, tmp, urls)
             for why in peers_skipped:
                 print(f"peer skipped: {why}", file=sys.stderr, flush=True)
