@@ -6,6 +6,8 @@ core gives when it counts first, on the 200 path and on the 502 path."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 import httpx2 as httpx
@@ -179,5 +181,54 @@ async def test_a_large_body_never_seen_is_hashed_in_the_thread_not_on_the_loop()
         prepared = await service.prepare(headers, body, orjson.dumps(body), "default")
         assert prepared.counting is not None
         assert (await service.settle(prepared)).headers == _expected_headers(body)
+    finally:
+        await service.close()
+
+
+class _Where(TokenCounter):
+    """Remembers on which thread each request was counted."""
+
+    __slots__ = ("threads",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: list[int] = []
+
+    def count_request(self, *args: Any, **kwargs: Any) -> Any:
+        self.threads.append(threading.get_ident())
+        return super().count_request(*args, **kwargs)
+
+
+async def test_a_usual_turn_is_counted_on_the_loop_once_forwarded_a_large_one_in_a_thread() -> None:
+    """Up to ``LOOP_BYTES`` new: not counted before ``prepare`` returns (the request goes first),
+    then on the event loop's own thread, a turn or two of the loop later; more than that: in a
+    worker thread. Either way the report is what counting first gives."""
+    from multidict import CIMultiDict, CIMultiDictProxy
+
+    from proxy.server.compaction import CompactionService
+    from proxy.server.counting import DEFER_BYTES, LOOP_BYTES
+    from proxy.server.metrics import new_metrics
+
+    service = CompactionService(CompactionConfig(), "http://127.0.0.1:9", new_metrics())
+    where = service.counter = _Where()
+    headers = CIMultiDictProxy(CIMultiDict({"x-api-key": KEY}))
+    loop_thread = threading.get_ident()
+    try:
+        usual = _body(1, size=40)
+        assert DEFER_BYTES < len(orjson.dumps(usual["messages"])) <= LOOP_BYTES
+        prepared = await service.prepare(headers, usual, orjson.dumps(usual), "default")
+        assert prepared.counting is not None and not prepared.counting.task.done()
+        assert where.threads == []  # nothing counted before the request could go
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert prepared.counting.task.done() and where.threads == [loop_thread]
+        assert (await service.settle(prepared)).headers == _expected_headers(usual)
+
+        large = _body(4, size=80)
+        assert len(orjson.dumps(large["messages"])) > LOOP_BYTES
+        prepared = await service.prepare(headers, large, orjson.dumps(large), "default")
+        assert prepared.counting is not None
+        assert (await service.settle(prepared)).headers == _expected_headers(large)
+        assert where.threads[-1] != loop_thread  # a worker thread
     finally:
         await service.close()
