@@ -47,11 +47,14 @@ def tokens_at_most(
     """At least ``counter.count_request(system, tools, messages).total``; ``None`` when no bound
     is known (a message that may hold media, or that the memo cannot key)."""
     known = counter.known_messages(digests.keys)
-    bound = new_bytes = 0
-    for i, (message, key, tokens) in enumerate(zip(messages, digests.keys, known, strict=True)):
-        if tokens is not None:
-            bound += tokens
-            continue
+    if len(known) != len(messages):
+        raise ValueError("digests of other messages")
+    # the known ones summed at C speed (a count is never 0: MESSAGE_OVERHEAD), then only the
+    # others visited: an agent's next turn has a few, at the end
+    bound = sum(filter(None, known))
+    new_bytes = 0
+    for i in _unknown(known):
+        message, key = messages[i], digests.keys[i]
         if key == NO_KEY or type(message) is not dict:
             return None
         canonical = digests.canonical(i)  # made by the digests (the same canonical JSON)
@@ -66,3 +69,16 @@ def tokens_at_most(
         bound += MESSAGE_OVERHEAD + BLOCK_OVERHEAD * blocks + len(canonical)
         new_bytes += len(canonical)
     return Bound(bound + sum(counter.count_fixed(system, tools)), new_bytes)
+
+
+def _unknown(known: list[int | None]) -> list[int]:
+    """The indices of the ``None`` entries, found from the end."""
+    left = known.count(None)
+    out: list[int] = []
+    i = len(known)
+    while left:
+        i -= 1
+        if known[i] is None:
+            out.append(i)
+            left -= 1
+    return out
