@@ -62,6 +62,7 @@ start-up and a request leaves few survivors), but the reason for the bound. Bodi
 
 from __future__ import annotations
 
+import operator
 import re
 import secrets
 from collections import OrderedDict
@@ -157,7 +158,7 @@ class Parsed:
         if entry is None or digests is None:
             return
         if len(digests.messages) >= len(entry.messages) and all(
-            a is b for a, b in zip(entry.messages, digests.messages, strict=False)
+            map(operator.is_, entry.messages, digests.messages)
         ):
             entry.digests = digests.carried()
 
