@@ -1,19 +1,21 @@
 #!/usr/bin/env python
 """Benchmark: the proxy's memory (RSS) at rest, after ordinary requests and after a burst.
 
-    python bench/bench_memory.py [--streams 1000] [--json out.json]
+    python bench/bench_memory.py [--streams 1000] [--allocators pymalloc,malloc] [--json out.json]
 
 Starts ``python -m proxy serve`` with the shipped defaults (a state dir in a temp dir; only
 ``upstream.pool_size`` raised so that the burst's streams are really simultaneous) against the
 fake upstream of bench/bench_proxy.py in its own process, and reads the proxy's VmRSS and VmHWM
-from /proc/<pid>/status:
+from /proc/<pid>/status. It does so once per allocator, one proxy process after the other in
+the same run: ``pymalloc`` (``PYTHONMALLOC`` unset, the interpreter's default) and ``malloc``
+(``PYTHONMALLOC=malloc``, what the Docker image sets). The phases:
 
 * ``rest``: after start-up and ``--rest`` seconds idle;
 * ``warm``: after ``--warmup`` ordinary requests (1 KB JSON and 200-event SSE, alternating),
   plus ``--settle`` seconds;
 * ``burst``: after ``--streams`` simultaneous SSE streams (bench_proxy's ``run_concurrency``:
   the upstream holds them until all arrived, every answer checked byte for byte) ended, plus
-  ``--settle`` seconds.
+  ``--burst-settle`` seconds (70: the goal is <= 1.1x rest by then).
 
 It prints MB and the ratios to rest. Then, in fresh interpreters, what parts of the process
 cost: the app's modules imported, the tokenizer loaded (as ``warm_up`` does at start-up), and
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -34,15 +37,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-for entry in (str(ROOT), str(ROOT / "bench")):
-    if entry not in sys.path:
-        sys.path.insert(0, entry)
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 import aiohttp  # noqa: E402
-import bench_proxy as bp  # noqa: E402
 import orjson  # noqa: E402
 
+from bench.measure import API_HEADERS, run_concurrency  # noqa: E402
+from bench.servers import CHILDREN, raise_nofile, spawn_logged, spawn_upstream  # noqa: E402
+from bench.workloads import build_body  # noqa: E402
+
 MB = 1024 * 1024
+GOAL_AFTER_BURST = 1.10  # VmRSS after the burst (and --burst-settle seconds), ratio to rest
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -63,6 +69,7 @@ def write_config(tmp: Path, upstream_url: str, streams: int) -> Path:
         "upstream": {"base_url": upstream_url, "pool_size": max(512, streams + 64)},
         "state_dir": str(tmp / "state"),
     }
+    tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "proxy.yaml"
     path.write_text(json.dumps(cfg, indent=2))  # JSON is YAML
     return path
@@ -70,13 +77,13 @@ def write_config(tmp: Path, upstream_url: str, streams: int) -> Path:
 
 async def warm_up(url: str, n: int) -> int:
     """``n`` ordinary requests, one at a time: 1 KB JSON and 200-event SSE alternating."""
-    body_json = bp.build_body(1024, result_size=200)
-    body_sse = bp.build_body(1024, result_size=200, stream=True)
+    body_json = build_body(1024, result_size=200)
+    body_sse = build_body(1024, result_size=200, stream=True)
     failures = 0
     async with aiohttp.ClientSession() as session:
         for i in range(n):
             sse = i % 2 == 1
-            headers = {**bp.API_HEADERS, "x-bench-mode": "sse" if sse else "json"}
+            headers = {**API_HEADERS, "x-bench-mode": "sse" if sse else "json"}
             async with session.post(url + "/v1/messages", data=body_sse if sse else body_json,
                                     headers=headers) as r:
                 await r.read()
@@ -88,7 +95,7 @@ async def burst(urls: dict[str, str], args: argparse.Namespace) -> dict[str, Any
     conc = argparse.Namespace(conc_streams=args.streams, conc_events=args.events, conc_pace=args.pace)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
-        return await bp.run_concurrency(session, urls, conc)
+        return await run_concurrency(session, urls, conc)
 
 
 PARTS = r"""
@@ -128,38 +135,54 @@ def part_costs() -> dict[str, Any]:
     return res
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    bp.raise_nofile()
+# The allocators compared: the interpreter's own small-object allocator, and glibc's malloc (what
+# the Docker image runs: ``ENV PYTHONMALLOC=malloc``).
+ALLOCATORS = ("pymalloc", "malloc")
+
+
+def spawn_proxy(name: str, cfg: Path, tmp: Path, allocator: str) -> Any:
+    """``python -m proxy serve`` with ``PYTHONMALLOC`` set for ``allocator`` (unset: pymalloc)."""
+    saved = os.environ.get("PYTHONMALLOC")
+    if allocator == "pymalloc":
+        os.environ.pop("PYTHONMALLOC", None)
+    else:
+        os.environ["PYTHONMALLOC"] = allocator
+    try:
+        return spawn_logged(
+            name, [sys.executable, "-m", "proxy", "serve", "--port", "0", "--config", str(cfg)], tmp
+        )
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONMALLOC", None)
+        else:
+            os.environ["PYTHONMALLOC"] = saved
+
+
+def run_one(up_url: str, tmp: Path, allocator: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The phases for one proxy process (its own state dir), stopped at the end."""
     readings: dict[str, dict[str, int]] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp_name:
-        tmp = Path(tmp_name)
-        try:
-            up = bp.spawn_upstream()
-            bp.CHILDREN["upstream"] = up
-            cfg = write_config(tmp, up.url, args.streams)
-            proxy = bp.spawn_logged(
-                "proxy", [sys.executable, "-m", "proxy", "serve", "--port", "0", "--config", str(cfg)], tmp
-            )
-            pid = proxy.proc.pid
-            urls = {"direct": up.url, "proxy": proxy.url}
-            time.sleep(args.rest)
-            readings["rest"] = proc_status(pid)
-            failures = asyncio.run(warm_up(proxy.url, args.warmup))
-            time.sleep(args.settle)
-            readings["warm"] = proc_status(pid)
-            conc: dict[str, Any] | None = None
-            if args.streams:
-                readings["burst_peak_before"] = proc_status(pid)
-                conc = asyncio.run(burst(urls, args))
-                readings["burst_end"] = proc_status(pid)
-                time.sleep(args.settle)
-                readings["burst"] = proc_status(pid)
+    cfg = write_config(tmp / allocator, up_url, args.streams)
+    name = f"proxy-{allocator}"
+    proxy = spawn_proxy(name, cfg, tmp, allocator)
+    try:
+        pid = proxy.proc.pid
+        urls = {"direct": up_url, "proxy": proxy.url}
+        time.sleep(args.rest)
+        readings["rest"] = proc_status(pid)
+        failures = asyncio.run(warm_up(proxy.url, args.warmup))
+        time.sleep(args.settle)
+        readings["warm"] = proc_status(pid)
+        conc: dict[str, Any] | None = None
+        if args.streams:
+            conc = asyncio.run(burst(urls, args))
+            readings["burst_end"] = proc_status(pid)
+            time.sleep(args.burst_settle)
+            readings["burst"] = proc_status(pid)
+        if proxy.proc.poll() is not None:
             log_tail = proxy.log_path.read_text(errors="replace")[-2000:] if proxy.log_path else ""
-            if proxy.proc.poll() is not None:
-                raise RuntimeError(f"the proxy died:\n{log_tail}")
-        finally:
-            for child in reversed(list(bp.CHILDREN.values())):
-                child.stop()
+            raise RuntimeError(f"the proxy died:\n{log_tail}")
+    finally:
+        CHILDREN.pop(name).stop()
     rest = readings["rest"]["VmRSS"]
     return {
         "readings_mb": {k: {n: v / MB for n, v in r.items()} for k, r in readings.items()},
@@ -167,23 +190,46 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "warmup_failures": failures,
         "burst": conc and {k: conc[k] for k in ("streams", "wall_s", "results", "mismatches", "errors",
                                                   "upstream_peak_simultaneous")},
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    raise_nofile()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp_name:
+        tmp = Path(tmp_name)
+        try:
+            up = spawn_upstream()
+            CHILDREN["upstream"] = up
+            for allocator in args.allocators:
+                results[allocator] = run_one(up.url, tmp, allocator, args)
+        finally:
+            for child in reversed(list(CHILDREN.values())):
+                child.stop()
+    return {
+        "allocators": results,
         "parts": part_costs() if args.parts else None,
         "args": vars(args),
     }
 
 
 def report(res: dict[str, Any]) -> None:
-    print(f"{'phase':<12} {'VmRSS MB':>9} {'VmHWM MB':>9} {'RssAnon':>8} {'ratio':>6}")
-    for name, r in res["readings_mb"].items():
-        if name == "burst_peak_before":
-            continue
-        print(f"{name:<12} {r['VmRSS']:9.1f} {r['VmHWM']:9.1f} {r['RssAnon']:8.1f} "
-              f"{res['ratio_to_rest'][name]:6.2f}")
-    if res["burst"]:
-        b = res["burst"]
-        print(f"burst: {b['streams']} streams in {b['wall_s']:.1f} s, upstream peak "
-              f"{b['upstream_peak_simultaneous']} simultaneous, ok {b['results']['ok']}, "
-              f"mismatches {b['mismatches']}, errors {b['errors']}")
+    for allocator, one in res["allocators"].items():
+        print(f"-- {allocator} (PYTHONMALLOC={'unset' if allocator == 'pymalloc' else allocator})")
+        print(f"{'phase':<12} {'VmRSS MB':>9} {'VmHWM MB':>9} {'RssAnon':>8} {'ratio':>6}")
+        for name, r in one["readings_mb"].items():
+            print(f"{name:<12} {r['VmRSS']:9.1f} {r['VmHWM']:9.1f} {r['RssAnon']:8.1f} "
+                  f"{one['ratio_to_rest'][name]:6.2f}")
+        if one["burst"]:
+            b = one["burst"]
+            after = one["ratio_to_rest"]["burst"]
+            print(f"burst: {b['streams']} streams in {b['wall_s']:.1f} s, upstream peak "
+                  f"{b['upstream_peak_simultaneous']} simultaneous, ok {b['results']['ok']}, "
+                  f"mismatches {b['mismatches']}, errors {b['errors']}; "
+                  f"{res['args']['burst_settle']:.0f} s after: {after:.2f}x rest "
+                  f"({'met' if after <= GOAL_AFTER_BURST else 'NOT met'}: goal <= {GOAL_AFTER_BURST}x)")
+        if one["warmup_failures"]:
+            print(f"warm-up failures: {one['warmup_failures']}")
     if res["parts"]:
         p = res["parts"]
         print(f"parts (fresh interpreter): python {p['tokenizer']['python_mb']:.1f} MB, the app's "
@@ -199,7 +245,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--pace", type=float, default=0.05, help="seconds between a burst stream's events")
     p.add_argument("--warmup", type=int, default=400, help="ordinary requests before the burst")
     p.add_argument("--rest", type=float, default=5.0, help="idle seconds after start-up")
-    p.add_argument("--settle", type=float, default=5.0, help="idle seconds after each phase")
+    p.add_argument("--settle", type=float, default=5.0, help="idle seconds after the warm-up")
+    p.add_argument("--burst-settle", type=float, default=70.0,
+                   help="idle seconds after the burst (the goal: <= 1.1x rest within 70 s)")
+    p.add_argument("--allocators", default=",".join(ALLOCATORS),
+                   type=lambda v: [a for a in v.split(",") if a],
+                   help="comma-separated, each a proxy process of its own, one after the other: "
+                        "pymalloc (PYTHONMALLOC unset) and/or malloc (PYTHONMALLOC=malloc, the image's)")
     p.add_argument("--no-parts", dest="parts", action="store_false",
                    help="skip measuring the tokenizer's and the SDK's cost")
     p.add_argument("--json", metavar="PATH", help="write all figures as JSON")

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import gc
+import logging
+import os
+import subprocess
+import sys
 import weakref
 from pathlib import Path
+
+import pytest
 
 from proxy.config import Config
 from proxy.server import idle_trim
@@ -17,6 +24,8 @@ from proxy.server.metrics import new_metrics
 from proxy.store import open_store
 from proxy.store.usage import UsageQuery
 from tests.harness import LoopThread
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(schedule: TrimSchedule, inflight: list[int]) -> list[int]:
@@ -119,3 +128,44 @@ def test_written_ledger_rows_are_not_kept(tmp_path: Path, loop_thread: LoopThrea
             await store.close()
 
     assert loop_thread.run(go()) == []
+
+
+def _allocator_under(pythonmalloc: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONMALLOC"}
+    if pythonmalloc is not None:
+        env["PYTHONMALLOC"] = pythonmalloc
+    out = subprocess.run(
+        [sys.executable, "-c", "from proxy.server.idle_trim import small_object_allocator as a; print(a())"],
+        capture_output=True, text=True, check=True, env=env, cwd=ROOT,
+    )
+    return out.stdout.strip()
+
+
+def test_the_allocator_in_use_is_read_from_the_interpreter() -> None:
+    assert _allocator_under(None) == "pymalloc"
+    assert _allocator_under("malloc") == "malloc"
+    assert _allocator_under("pymalloc") == "pymalloc"
+
+
+def test_the_image_takes_small_objects_from_malloc() -> None:
+    """After a burst only glibc's heap gives the memory back (bench/bench_memory.py): the image
+    the proxy ships in must keep ``PYTHONMALLOC=malloc``."""
+    lines = (ROOT / "Dockerfile").read_text().splitlines()
+    assert "ENV PYTHONMALLOC=malloc" in lines
+
+
+def test_the_poll_says_which_allocator_runs(
+    loop_thread: LoopThread, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def go() -> None:
+        task = asyncio.create_task(release_when_idle(ProxyState(), poll_seconds=3600))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    with caplog.at_level(logging.INFO, logger="context_proxy.memory"):
+        loop_thread.run(go())
+    said = [r.getMessage() for r in caplog.records if r.name == "context_proxy.memory"]
+    assert len(said) == 1
+    assert said[0].startswith(f"small objects from {idle_trim.small_object_allocator()}")

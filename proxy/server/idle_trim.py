@@ -1,17 +1,24 @@
 """Give memory back to the system when the proxy goes idle after a burst.
 
-Measured (bench/bench_memory.py): 1,000 simultaneous streams raise the RSS by ~36 MB, and none of
+Measured (bench/bench_memory.py): 1,000 simultaneous streams raise the RSS by ~38 MB, and none of
 it comes back by itself. What stays is not live data (once the upstream pool's idle keep-alive
 connections expire, the interpreter's allocated blocks are back to their level before the burst),
 but (1) garbage cycles nobody collects -- an idle process allocates nothing, so the collector never
-runs -- and (2) free memory the C allocator keeps. So once in-flight requests drop to zero after a
+runs -- and (2) free memory the allocators keep. So once in-flight requests drop to zero after a
 busy period, the proxy runs one full collection (cheap: the program's own objects are frozen at
 start-up) and ``malloc_trim(0)`` (glibc), and does it once more after the upstream pool's idle
 connections had time to expire. Nothing of this is on the request path: a 1 s poll of the
-in-flight counter. What this cannot give back: the interpreter's own arenas (1 MiB each) are
-returned only when wholly empty, and after a 1,000-stream burst ~26 of them stay, each held by a
-few surviving blocks (~27 MB; measured with ``sys._debugmallocstats()``: allocated blocks back at
-their level before the burst, arenas 59 instead of 33).
+in-flight counter.
+
+What decides how much comes back is the small-object allocator. Python's own (pymalloc) returns
+an arena (1 MiB) only when wholly empty, and after a 1,000-stream burst ~27 of them stay, each
+held by a few blocks allocated during the burst that outlive it (free lists of C extensions such
+as aiohttp's parser messages and asyncio's future iterators, metric values, timestamps): ~28 MB,
+1.3x rest after 70 s, and no collection or trim can free a partly used arena. With
+``PYTHONMALLOC=malloc`` small objects come from glibc, whose ``malloc_trim(0)`` gives back every
+free page wherever it lies: 1.06x rest, at no measurable cost per request (bench/README.md). The
+Docker image sets it; :func:`small_object_allocator` says which one runs, and the poll logs it
+once at start-up.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import sys
 from collections.abc import Callable
 
 from proxy.server.appkeys import ProxyState
@@ -82,6 +90,13 @@ def _malloc_trim() -> Callable[[int], int] | None:
 _TRIM = _malloc_trim()
 
 
+def small_object_allocator() -> str:
+    """``"pymalloc"`` (Python's arenas) or ``"malloc"`` (``PYTHONMALLOC=malloc``: glibc's heap).
+
+    Read from the interpreter, not the environment: without pymalloc it counts no blocks."""
+    return "pymalloc" if sys.getallocatedblocks() else "malloc"
+
+
 def rss_bytes() -> int | None:
     """This process's resident set size (Linux), else ``None``."""
     try:
@@ -113,6 +128,13 @@ async def release_when_idle(
 ) -> None:
     """Poll ``state.inflight`` until cancelled; ``release()`` when ``schedule`` says so."""
     schedule = schedule or TrimSchedule()
+    if small_object_allocator() == "malloc":
+        log.info("small objects from malloc (PYTHONMALLOC=malloc): memory goes back after a burst")
+    else:
+        log.info(
+            "small objects from pymalloc: after a burst ~1.3x the memory at rest stays "
+            "(set PYTHONMALLOC=malloc, as the Docker image does, to give it back)"
+        )
     while True:
         await asyncio.sleep(poll_seconds)
         if schedule.tick(state.inflight):
