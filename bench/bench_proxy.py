@@ -222,6 +222,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help=f"comma-separated rows or families to run (default: {ALL_ROWS}); e.g. session_spaced, cold")
     p.add_argument("--styles", default=",".join(workloads.STYLES),
                    help=f"JSON styles of the session and cold rows (default: {','.join(workloads.STYLES)})")
+    p.add_argument("--allocator", choices=("malloc", "pymalloc"), default="malloc",
+                   help="the proxy's small-object allocator (PYTHONMALLOC): malloc as the Docker image ships it "
+                        "(default), or Python's own")
     p.add_argument("--baseline-root", default="", metavar="PATH",
                    help="also run the proxy from another checkout (e.g. `git worktree add /tmp/base <commit>`) as "
                         "the target 'baseline', interleaved with this one: a before/after in one run")
@@ -287,6 +290,15 @@ def start_peers(names: list[str], upstream_url: str, tmp: Path, urls: dict[str, 
     return skipped
 
 
+def proxy_env(args: argparse.Namespace) -> dict[str, str]:
+    """The proxy's environment: this one, with its allocator (``--allocator``)."""
+    env = dict(os.environ)
+    env.pop("PYTHONMALLOC", None)
+    if args.allocator == "malloc":
+        env["PYTHONMALLOC"] = "malloc"
+    return env
+
+
 def spawn_baseline(args: argparse.Namespace, upstream_url: str, tmp: Path, port: int) -> str:
     """The proxy as another checkout has it (its ``proxy`` package first on the path), with its
     own state: one more target, measured like the peers (``x proxy``: its added latency over
@@ -295,7 +307,8 @@ def spawn_baseline(args: argparse.Namespace, upstream_url: str, tmp: Path, port:
     if not (root / "proxy" / "__init__.py").is_file():
         raise SystemExit(f"--baseline-root: {root} holds no proxy package")
     cfg = write_proxy_config(tmp, upstream_url, args, name=BASELINE)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env = {**proxy_env(args),
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     child = spawn_logged(BASELINE, [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--config", str(cfg)],
                          tmp, f"http://127.0.0.1:{port}" if port else "", env=env)
     return child.url
@@ -324,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             port = 0 if args.proxy_log_level in ("DEBUG", "INFO") else free_port()
             proxy = spawn_logged(
                 "proxy", [sys.executable, *profile, "-m", "proxy", "serve", "--port", str(port), "--config", str(cfg)],
-                tmp, f"http://127.0.0.1:{port}" if port else "",
+                tmp, f"http://127.0.0.1:{port}" if port else "", env=proxy_env(args),
             )
             spawn_logged("floor", [sys.executable, str(Path(__file__).resolve()), "--_role", "relay",
                                    "--upstream", up.url], tmp)

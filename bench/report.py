@@ -124,7 +124,8 @@ def print_report(res: dict[str, Any]) -> None:
             parts.append(f"after the latency rows {mem['after_rows']:.1f} MB ({mem['after_rows'] / rest:.2f}x rest)")
         if "after_streams" in mem:
             parts.append(f"3 s after the streams ended {mem['after_streams']:.1f} MB "
-                         f"({mem['after_streams'] / rest:.2f}x rest, goal <= {MEMORY_GOALS['after_streams_ratio']}x)")
+                         f"({mem['after_streams'] / rest:.2f}x rest; the goal, <= {MEMORY_GOALS['after_streams_ratio']}x "
+                         "once the proxy is idle again, is measured by bench/bench_memory.py)")
         print("Proxy memory (VmRSS): " + ";  ".join(parts))
     print()
 
@@ -145,10 +146,6 @@ def verdict(res: dict[str, Any]) -> dict[str, Any]:
     if "rest" in mem:
         out["memory_rest_mb"] = {"ratio": mem["rest"], "goal": f"< {MEMORY_GOALS['rest_mb']:g}",
                                  "met": mem["rest"] < MEMORY_GOALS["rest_mb"]}
-    if "after_streams" in mem:
-        r = mem["after_streams"] / mem["rest"]
-        out["memory_after_streams"] = {"ratio": r, "goal": f"<= {MEMORY_GOALS['after_streams_ratio']}x rest",
-                                       "met": r <= MEMORY_GOALS["after_streams_ratio"]}
     c = res.get("concurrency")
     if c is not None:
         out["concurrency"] = {"ratio": c["mismatches"] + c["errors"], "goal": "0 mismatches/errors",

@@ -179,7 +179,9 @@ async def test_start_peer_forwards_and_stop_ends_the_process_tree(
 
         worker, own = await asyncio.to_thread(_worker_and_own_cpu, run, peer.proc.pid)
         assert worker in peers.process_tree(peer.proc.pid)
-        assert peer.cpu_seconds() - own >= 0.29  # the worker's CPU is counted
+        # the worker's 0.3 s of CPU is counted (two readings in 10 ms clock ticks, taken apart:
+        # not to the tick; without the worker's share the difference is ~0)
+        assert peer.cpu_seconds() - own >= 0.25
     finally:
         peer.stop()
         await upstream.stop()
