@@ -59,9 +59,11 @@ def count_while_forwarding(
     scope: str,
     anchor: str | None,
 ) -> tuple[Counting | None, CompactionInput]:
-    """The count started in a worker thread when ``request`` cannot reach the threshold and its
-    conversation has no plan (``None`` otherwise: the caller compacts as ever), and the request
-    to compact then: with the digests made here, so they are not made again."""
+    """The count under way (on the loop once the request is sent, or in a worker thread: see
+    the module) when ``request`` cannot reach the threshold and its conversation has no plan
+    (``None`` otherwise: the caller compacts as ever), and the request to compact then: with the
+    digests made here, so they are not made again. Call it from the request's handler task just
+    before it forwards (the loop-side count starts at the handler's next suspension)."""
     messages = request.messages
     if anchor is None and len(messages) >= 2:
         return None, request  # not JSON all through: compact() says what it does with it
