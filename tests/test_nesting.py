@@ -125,6 +125,8 @@ def test_the_check_hands_on_the_canonical_json_of_the_messages_it_checked(
     body = orjson.loads(orjson.dumps(deep_at(position, level)))
     violation, made = check_nesting(body, checked)
     assert violation == nesting_violation(body, checked)
+    # compaction off: the same answer, no canonical JSON made
+    assert check_nesting(body, checked, make_canonical=False) == (violation, None)
     new = body["messages"][checked:]
     if violation is None:
         assert made is not None and made.start == checked

@@ -138,18 +138,28 @@ def nesting_violation(
     ``checked_messages``: leading messages already checked (the same objects as in an earlier,
     accepted body) are not checked again; nor are the members named in ``checked_members``
     (values of an earlier, accepted body)."""
-    return check_nesting(body, checked_messages, checked_members)[0]
+    return check_nesting(body, checked_messages, checked_members, make_canonical=False)[0]
 
 
 def check_nesting(
-    body: dict[str, Any], checked_messages: int = 0, checked_members: Collection[str] = ()
+    body: dict[str, Any],
+    checked_messages: int = 0,
+    checked_members: Collection[str] = (),
+    *,
+    make_canonical: bool = True,
 ) -> tuple[str | None, Canonical | None]:
     """``nesting_violation``, and the canonical JSON of the messages it checked (when the
-    pass that checked them made it: see ``canonical_within``)."""
+    pass that checked them made it: see ``canonical_within``; not made without
+    ``make_canonical``: nobody will hash or count them)."""
     canonical: Canonical | None = None
     messages = body.get("messages")
+    messages_fit = True
     if isinstance(messages, list):
-        canonical = canonical_within(messages, checked_messages)  # each at level 3
+        if make_canonical:
+            canonical = canonical_within(messages, checked_messages)  # each at level 3
+            messages_fit = canonical is not None
+        else:  # the new messages, at level 3 as a level-2 list's elements
+            messages_fit = fits(messages[checked_messages:])
     members = [
         value
         for name, value in body.items()
@@ -159,12 +169,12 @@ def check_nesting(
     ]
     # all the other members at once (a level-1 list of level-2 values, as in the body)
     members_fit = not members or fits(members, 1)
-    if members_fit and (canonical is not None or not isinstance(messages, list)):
+    if members_fit and messages_fit:
         return None, canonical
     # something is (or may be) too deep: the walk names the first path, in the body's order
     for name, value in body.items():
         if name == "messages" and isinstance(value, list):
-            if canonical is not None:
+            if messages_fit:
                 continue
             for i in range(checked_messages, len(value)):
                 found = too_deep(value[i], 3)

@@ -259,7 +259,13 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     body = parsed.body
     n = len(body["messages"])
     keep = range(max(0, n - CHECKPOINTS_KEPT), n + 1) if parsed.rememberable else ()
-    too_deep, canonical = check_nesting(body, parsed.reused, parsed.reused_members)
+    # the new messages' canonical JSON, made in the same step, serves compaction (when it runs)
+    compacting = tenant_policy.compaction.enabled and (
+        request.headers.get(OPT_OUT_HEADER, "").strip().lower() != "off"
+    )
+    too_deep, canonical = check_nesting(
+        body, parsed.reused, parsed.reused_members, make_canonical=compacting
+    )
     if too_deep is not None:
         raise InvalidRequest(too_deep)
     violation, checkpoints = scan_messages(body["messages"], parsed.checkpoint, keep)
