@@ -74,9 +74,7 @@ def fits(value: Any, level: int = 2) -> bool:
     :data:`MAX_DEPTH` levels, by the fast check; ``False`` also means "not known"."""
     if not isinstance(value, dict | list):
         return True
-    wrap = _ORJSON_LEVELS - MAX_DEPTH + level - 1
-    if wrap == 0:
-        return _FAST and _writes(value)
+    wrap = _ORJSON_LEVELS - MAX_DEPTH + level - 1  # >= 126 for any level a body has
     return _FAST and wrap > 0 and _writes_within(value, wrap)
 
 
