@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -514,10 +515,9 @@ class RetentionService:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            try:
+            # its cancellation is the end asked for here, not a failure to report
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
 
     async def _forever(self) -> None:
         interval = self.config.interval_seconds

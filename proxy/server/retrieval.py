@@ -204,14 +204,15 @@ class _Failed(Exception):
 
 
 def _error_of(body: bytes) -> tuple[str, str]:
+    fallback = "api_error", "the provider failed while continuing after a retrieval"
     try:
         data = orjson.loads(body)
-        error = data.get("error") if isinstance(data, dict) else None
-        if isinstance(error, dict):
-            return str(error.get("type", "api_error")), str(error.get("message", ""))
     except orjson.JSONDecodeError:
-        pass
-    return "api_error", "the provider failed while continuing after a retrieval"
+        return fallback  # not an Anthropic error body: the generic text says what happened
+    error = data.get("error") if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        return str(error.get("type", "api_error")), str(error.get("message", ""))
+    return fallback
 
 
 class RetrievalLoop:
