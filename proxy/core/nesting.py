@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import orjson
 
-from proxy.core.tokens import Canonical, canonical_all
+from proxy.core.canonical import Canonical, canonical_all
 
 __all__ = ["MAX_DEPTH", "canonical_within", "fits", "nesting_violation", "too_deep"]
 

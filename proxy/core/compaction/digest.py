@@ -24,16 +24,11 @@ from typing import Any
 
 import xxhash
 
+from proxy.core.canonical import MARKER_JSON, Canonical, canonical_all, containing_each
 from proxy.core.compaction.context import COMPACTION_JSON
 from proxy.core.compaction.plan import message_hash, rolling_hashes
 from proxy.core.compaction.view import Message
-from proxy.core.tokens import (
-    MARKER_JSON,
-    Canonical,
-    canonical_all,
-    containing_each,
-    message_keys,
-)
+from proxy.core.tokens import message_keys
 
 __all__ = ["Digests", "Resent", "digests"]
 
