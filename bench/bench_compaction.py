@@ -55,7 +55,6 @@ import asyncio
 import gc
 import json
 import os
-import platform
 import random
 import re
 import signal
@@ -79,6 +78,9 @@ if str(ROOT) not in sys.path:
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 
+from bench import report  # noqa: E402
+from bench.servers import serve_upstream  # noqa: E402
+from bench.workloads import with_breakpoint  # noqa: E402
 from proxy.core.compaction import (  # noqa: E402
     CompactionInput,
     CompactionPolicy,
@@ -271,18 +273,6 @@ def conversation(
     return messages, total
 
 
-def with_breakpoint(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with a ``cache_control`` breakpoint on the last block of the last message,
-    as Claude Code sends them: the breakpoint moves to the new last message every turn, so the
-    previous last message comes back without it (a copy; ``messages`` is not changed)."""
-    last = messages[-1]
-    content = last["content"]
-    if isinstance(content, str):
-        content = [{"type": "text", "text": content}]
-    marked = [*content[:-1], {**content[-1], "cache_control": {"type": "ephemeral"}}]
-    return [*messages[:-1], {**last, "content": marked}]
-
-
 def body_bytes(
     transcript: dict[str, Any], messages: list[dict[str, Any]], head: dict[str, Any] | None = None
 ) -> bytes:
@@ -456,15 +446,7 @@ class BenchUpstream(FakeUpstream):
 
 
 async def _run_upstream() -> None:
-    up = BenchUpstream()
-    url = await up.start()
-    print(f"UPSTREAM {url}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    await up.stop()
+    await serve_upstream(BenchUpstream())
 
 
 # --- the healthz prober, in its own process ----------------------------------------------------
@@ -1909,26 +1891,7 @@ def print_report(res: dict[str, Any]) -> None:
 
 
 def machine_info() -> dict[str, Any]:
-    try:
-        model = next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in open("/proc/cpuinfo")
-                if line.startswith("model name")
-            ),
-            "?",
-        )
-    except OSError:
-        model = "?"
-    return {
-        "nproc": os.cpu_count(),
-        "cpu_model": model,
-        "python": platform.python_version(),
-        "aiohttp": aiohttp.__version__,
-        "orjson": orjson.__version__,
-        "kernel": platform.release(),
-        "loadavg_start": os.getloadavg(),
-    }
+    return {**report.machine_info(), "orjson": orjson.__version__, "loadavg_start": os.getloadavg()}
 
 
 def code_version(root: Path = ROOT) -> dict[str, Any]:

@@ -126,9 +126,9 @@ class BenchUpstream(FakeUpstream):
         return await super()._answer(request, entry)
 
 
-async def _run_upstream() -> None:
-    raise_nofile()
-    up = BenchUpstream()
+async def serve_upstream(up: FakeUpstream) -> None:
+    """Run a fake upstream in this process until SIGTERM/SIGINT; its URL goes to stdout first
+    (``UPSTREAM <url>``: what ``spawn_upstream`` reads)."""
     url = await up.start()
     print(f"UPSTREAM {url}", flush=True)
     stop = asyncio.Event()
@@ -137,6 +137,11 @@ async def _run_upstream() -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     await up.stop()
+
+
+async def _run_upstream() -> None:
+    raise_nofile()
+    await serve_upstream(BenchUpstream())
 
 
 # --- the floor: a minimal aiohttp pass-through, in its own process -------------------------------
