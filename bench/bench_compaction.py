@@ -57,7 +57,6 @@ import json
 import os
 import random
 import re
-import signal
 import socket
 import statistics
 import subprocess
@@ -79,7 +78,7 @@ import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 
 from bench import report  # noqa: E402
-from bench.servers import serve_upstream  # noqa: E402
+from bench.servers import serve_upstream, stop_process  # noqa: E402
 from bench.workloads import with_breakpoint  # noqa: E402
 from proxy.core.compaction import (  # noqa: E402
     CompactionInput,
@@ -588,13 +587,7 @@ class Child:
         return sum(run for run, _ in self.threads().values())
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
 
 
 def _wait_listening(

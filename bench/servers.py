@@ -207,17 +207,22 @@ class Child:
                 with open(f"/proc/{self.proc.pid}/task/{tid}/schedstat", "rb") as f:
                     total += int(f.read().split()[0])
             except OSError:
-                pass
+                continue  # the thread ended since the listing: its time is no longer counted
         return total / 1e9
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        stop_process(self.proc)
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM (a clean shutdown), then SIGKILL after 15 s."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 def _wait_listening(child: Child, timeout: float = 60) -> str:
