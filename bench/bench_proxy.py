@@ -21,6 +21,8 @@ each row is held to a goal as a ratio proxy-added / floor-added (p50), and peer-
 proxy-added when peers run. Rows (bench/workloads.py builds the bodies, bench/README.md says why):
 
     json_1k               1 KB JSON body, below the compaction threshold       goal ratio <= 1.3
+    edge_1k               the same body to /v1/messages/batches, which the      information
+                          proxy relays untouched: its HTTP edge alone
     sse_1k                1 KB body, "stream": true, a 200-event SSE answer     goal ratio <= 1.3
     session_<style>       the real Claude Code session in order, a fresh        goal ratio <= 1.5
                           conversation each pass, one JSON style per row
@@ -88,6 +90,7 @@ GOAL_BELOW_THRESHOLD = 1.3  # a request below the compaction threshold: ratio pr
 GOAL_SESSION = 1.5  # the session in order
 GOAL_COLD = 3.0  # a large body the proxy has never seen
 JSON_HEADERS = {**API_HEADERS, "x-bench-mode": "json"}
+EDGE_PATH = "/v1/messages/batches"  # relayed by the proxy as it came, not inspected
 SSE_HEADERS = {**API_HEADERS, "x-bench-mode": "sse"}
 _cold_keys = itertools.count()  # one per cold request of the whole run: no credential comes back
 
@@ -147,6 +150,11 @@ def build_workloads(args: argparse.Namespace) -> list[Workload]:
     body_1k, sse_1k = workloads.body_1k(), workloads.sse_body_1k()
     out.append(Workload("json_1k", f"{len(body_1k)} B", args.n_1k, args.warmup,
                         _fixed(body_1k, JSON_HEADERS), _fixed(body_1k, JSON_HEADERS), GOAL_BELOW_THRESHOLD))
+    # The proxy relays this path byte for byte (no parse, no validation, no count): what its
+    # edge alone (middlewares, tenant, metrics, access log, relay) adds next to the floor.
+    out.append(Workload("edge_1k", f"{len(body_1k)} B to {EDGE_PATH}", args.n_1k, args.warmup,
+                        _fixed(body_1k, JSON_HEADERS), _fixed(body_1k, JSON_HEADERS), None,
+                        path=EDGE_PATH, peers=False))
     out.append(Workload("sse_1k", f"{len(sse_1k)} B, 200 events", args.n_sse, max(20, args.warmup // 4),
                         _fixed(sse_1k, SSE_HEADERS), _fixed(sse_1k, SSE_HEADERS), GOAL_BELOW_THRESHOLD,
                         sse_expected=b"".join(sse_events())))
@@ -210,7 +218,7 @@ async def bench(args: argparse.Namespace, urls: dict[str, str], proxy_pid: int) 
 
 # --- main --------------------------------------------------------------------------------------
 
-ALL_ROWS = "json_1k,sse_1k,session,cold,json_500k,json_500k_resend,conc"
+ALL_ROWS = "json_1k,edge_1k,sse_1k,session,cold,json_500k,json_500k_resend,conc"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from bench.report import BASELINE
 from bench.servers import CHILDREN, CLK_TCK
 from bench.workloads import conc_events
 
@@ -130,6 +131,9 @@ class Workload:
     warm: Request
     goal: float | None = None
     sse_expected: bytes | None = None
+    path: str = "/v1/messages"
+    # False: only direct, the floor, the proxy and a baseline proxy (a path peers do not relay)
+    peers: bool = True
 
 
 _ADDED_METRIC = re.compile(
@@ -185,12 +189,12 @@ def _ratio(a: float, b: float) -> float:
 async def run_latency(
     session: aiohttp.ClientSession, wl: Workload, urls: dict[str, str], children: dict[str, Any]
 ) -> dict[str, Any]:
-    targets = tuple(urls)
+    targets = tuple(t for t in urls if wl.peers or t in BASE_TARGETS or t == BASELINE)
     errors = {t: 0 for t in targets}
     plans: Counter[str] = Counter()  # the proxy's x-compaction-plan answers, measured iterations
 
     async def once(target: str, body: bytes, headers: dict[str, str]) -> tuple[float, float] | None:
-        url = urls[target] + "/v1/messages"
+        url = urls[target] + wl.path
         peer = target not in BASE_TARGETS
         try:
             if wl.sse_expected is None:
@@ -267,6 +271,8 @@ async def run_latency(
     # Each server process handles exactly one target's requests (the upstream handles them all).
     cpu: dict[str, Any] = {}
     for name in children:
+        if name not in targets and name != "upstream":
+            continue  # a peer this row does not send to
         stat_s = cpu1[name][0] - cpu0[name][0]
         sched_s = cpu1[name][1] - cpu0[name][1]
         n_req = wl.n * (len(targets) if name == "upstream" else 1)
