@@ -232,3 +232,52 @@ async def test_a_usual_turn_is_counted_on_the_loop_once_forwarded_a_large_one_in
         assert where.threads[-1] != loop_thread  # a worker thread
     finally:
         await service.close()
+
+
+async def test_a_request_s_messages_are_dumped_and_hashed_once(monkeypatch: Any) -> None:
+    """The digests made for the count hold the conversation's anchor, and ``compact`` takes
+    them: each message is serialised once per request, and the anchor is not hashed apart,
+    whether the request is counted on the spot, counted while forwarded, or compacted."""
+    from multidict import CIMultiDict, CIMultiDictProxy
+
+    import proxy.core.compaction.digest as digest_module
+    import proxy.server.plan_reads as plan_reads
+    from proxy.server.compaction import CompactionService
+    from proxy.server.metrics import new_metrics
+
+    dumped: list[int] = []
+    anchors: list[int] = []
+    canonical_all, prefix_hashes = digest_module.canonical_all, plan_reads.prefix_hashes
+
+    def counting_dumps(messages: Any) -> Any:
+        dumped.append(len(messages))
+        return canonical_all(messages)
+
+    def counting_anchors(messages: Any) -> Any:
+        anchors.append(len(messages))
+        return prefix_hashes(messages)
+
+    monkeypatch.setattr(digest_module, "canonical_all", counting_dumps)
+    monkeypatch.setattr(plan_reads, "prefix_hashes", counting_anchors)
+    service = CompactionService(CompactionConfig(), "http://127.0.0.1:9", new_metrics())
+    headers = CIMultiDictProxy(CIMultiDict({"x-api-key": KEY}))
+    tiny, small = _body(1, size=1), _body(3, size=80)
+    over = _body(30, size=400)  # over the default threshold
+    more = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and then?"}]
+    over_next = {**over, "messages": [*over["messages"], *more]}
+    try:
+        # a large body never seen before is hashed in a thread (its anchor on the loop): the
+        # conversation's next turn is compacted on the loop, from the plan made then
+        await service.prepare(headers, over, orjson.dumps(over), "default")
+        for body, forwarded_first in ((tiny, False), (small, True), (over_next, False)):
+            dumped.clear()
+            anchors.clear()
+            prepared = await service.prepare(headers, body, orjson.dumps(body), "default")
+            assert (prepared.counting is not None) is forwarded_first
+            settled = await service.settle(prepared)
+            assert settled.result is not None
+            assert sum(dumped) == len(body["messages"])
+            assert anchors == []
+        assert settled.result.changed and settled.result.plan_status == "reused"
+    finally:
+        await service.close()

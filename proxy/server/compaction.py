@@ -42,7 +42,7 @@ from proxy.core.durable import InvalidWrite
 from proxy.core.limits import Limits, ModelWindow, betas_of
 from proxy.core.tokens import Calibration, Canonical, TokenCounter
 from proxy.errors import PromptTooLong
-from proxy.server.counting import Counting, count_while_forwarding
+from proxy.server.counting import Counting, count_while_forwarding, with_digests
 from proxy.server.metrics import Metrics
 from proxy.server.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of
 from proxy.server.summary_client import SummaryClient, SummaryFailed, summary_auth_headers
@@ -301,13 +301,15 @@ class CompactionService:
             offload = len(as_sent) > config.offload_bytes and not self._seen_before(
                 body["messages"], config.offload_bytes
             )
+            # a large body never seen before is hashed and counted in a thread (below): not here
+            counting = made = None
+            if not offload:  # its digests, made once: they hold the anchor, compact() takes them
+                made, request = with_digests(request)
             anchor = anchor_of(request.messages)
             await self._prefetch_plans(scope, anchor)
-            # a large body never seen before is hashed and counted in a thread (below): not here
-            counting = None
             if not offload:
-                counting, request = count_while_forwarding(
-                    request, policy, self.counter, self.plans, scope, anchor
+                counting = count_while_forwarding(
+                    request, made, policy, self.counter, self.plans, scope, anchor
                 )
             if counting is not None:  # under the threshold whatever the count: forward now
                 return Prepared(as_sent, changed_by_edge, {}, key, None, counting=counting)

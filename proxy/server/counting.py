@@ -29,10 +29,10 @@ from proxy.core.compaction import (
 )
 from proxy.core.compaction.bound import tokens_at_most
 from proxy.core.compaction.context import calibrate
-from proxy.core.compaction.digest import Resent, digests
+from proxy.core.compaction.digest import Digests, Resent, digests
 from proxy.core.tokens import TokenCounter
 
-__all__ = ["Counting", "count_while_forwarding"]
+__all__ = ["Counting", "count_while_forwarding", "with_digests"]
 
 # Never written: a request under the threshold matches no plan and makes none.
 _NO_PLANS = PlanCache(1)
@@ -51,41 +51,51 @@ class Counting:
     ratio: float  # the calibration it is counted with
 
 
+def with_digests(request: CompactionInput) -> tuple[Digests | None, CompactionInput]:
+    """The digests of ``request``'s messages, made once (from the edge's canonical JSON where
+    it made some), and the request carrying them (a ``Resent`` list: ``compact`` takes them
+    instead of making them again, and ``plan_reads.anchor_of`` reads the anchor there).
+    ``None`` and ``request`` as it is when a message is not JSON: ``compact`` says what it
+    does with it."""
+    messages = request.messages
+    try:
+        dg = digests(messages, hashed=len(messages) >= 2, made=request.canonical)
+    except (TypeError, ValueError):
+        return None, request
+    return dg, replace(request, messages=Resent(messages, dg))
+
+
 def count_while_forwarding(
     request: CompactionInput,
+    dg: Digests | None,
     policy: CompactionPolicy,
     counter: TokenCounter,
     plans: PlanCache,
     scope: str,
     anchor: str | None,
-) -> tuple[Counting | None, CompactionInput]:
+) -> Counting | None:
     """The count under way (on the loop once the request is sent, or in a worker thread: see
-    the module) when ``request`` cannot reach the threshold and its conversation has no plan
-    (``None`` otherwise: the caller compacts as ever), and the request to compact then: with the
-    digests made here, so they are not made again. Call it from the request's handler task just
-    before it forwards (the loop-side count starts at the handler's next suspension)."""
+    the module) when ``request`` (carrying ``dg``, its digests: ``with_digests``) cannot reach
+    the threshold and its conversation has no plan; ``None`` otherwise: the caller compacts
+    ``request`` as ever. Call it from the request's handler task just before it forwards (the
+    loop-side count starts at the handler's next suspension)."""
     messages = request.messages
-    if anchor is None and len(messages) >= 2:
-        return None, request  # not JSON all through: compact() says what it does with it
+    if dg is None or (anchor is None and len(messages) >= 2):
+        return None  # not JSON all through: compact() says what it does with it
     if anchor is not None and plans.plans(scope, anchor):
-        return None, request  # a plan's view is forwarded even under the threshold
-    try:
-        dg = digests(messages, hashed=len(messages) >= 2, made=request.canonical)
-    except (TypeError, ValueError):
-        return None, request
-    known = replace(request, messages=Resent(messages, dg))
+        return None  # a plan's view is forwarded even under the threshold
     if sum([len(c) for c in dg.fresh if c is not None]) < DEFER_BYTES:
-        return None, known  # few bytes new since the conversation's previous request
+        return None  # few bytes new since the conversation's previous request
     bound = tokens_at_most(request.system, request.tools, messages, dg, counter)
     if bound is None or bound.new_bytes < DEFER_BYTES:
-        return None, known
+        return None
     if calibrate(bound.tokens, request.calibration) > min(policy.threshold, policy.hard_limit):
-        return None, known
+        return None
     if bound.new_bytes > LOOP_BYTES:
         task = asyncio.ensure_future(
-            asyncio.to_thread(compact, known, policy, counter, _NO_PLANS, scope)
+            asyncio.to_thread(compact, request, policy, counter, _NO_PLANS, scope)
         )
-        return Counting(task, request.calibration), known
+        return Counting(task, request.calibration)
     loop = asyncio.get_running_loop()
     done: asyncio.Future[CompactionOutcome] = loop.create_future()
 
@@ -93,7 +103,7 @@ def count_while_forwarding(
         if done.cancelled():
             return
         try:
-            done.set_result(compact(known, policy, counter, _NO_PLANS, scope))
+            done.set_result(compact(request, policy, counter, _NO_PLANS, scope))
         except Exception as exc:  # reported by whoever awaits it (settle)
             done.set_exception(exc)
 
@@ -101,4 +111,4 @@ def count_while_forwarding(
     # written; aiohttp writes the body in a task it schedules then. Two turns of the loop's
     # ready queue start the count after both, while the provider works on the request.
     loop.call_soon(loop.call_soon, count)
-    return Counting(done, request.calibration), known
+    return Counting(done, request.calibration)

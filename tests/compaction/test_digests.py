@@ -208,3 +208,20 @@ def test_digests_handed_on_drop_their_canonical_json() -> None:
     assert [dg.canonical(i) for i in range(2)] == canonical_all(messages)
     kept = dg.carried()
     assert kept == dg and kept.fresh == () and kept.canonical(0) is None
+
+
+def test_digests_made_for_these_very_messages_are_taken_whole() -> None:
+    """A request carrying the digests made for it (``counting.with_digests``, then ``compact``):
+    the same ``Digests``, not rebuilt; one message more, or another object, and they are not."""
+    messages = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": [{"type": "text", "text": "hi"}]},
+    ]
+    known = digests(messages)
+    assert digests(Resent(messages, known)) is known
+    longer = Resent([*messages, {"role": "user", "content": "more"}], known)
+    assert digests(longer) is not known
+    assert_same_digests(digests(longer), list(longer))
+    other = Resent([messages[0], dict(messages[1])], known)
+    assert digests(other) is not known
+    assert_same_digests(digests(other), list(other))

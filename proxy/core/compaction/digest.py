@@ -96,6 +96,8 @@ def digests(
     JSON of some of them already made (by the edge's nesting check)."""
     known = messages.known if isinstance(messages, Resent) else None
     k = _reused(messages, known, hashed)
+    if known is not None and k == len(messages) == len(known.messages):
+        return known  # made for these very messages (``with_digests``): nothing to add
     tail = messages[k:]
     canonical = made.of(messages, k) if made is not None else canonical_all(tail)
     marked, found = containing_each(canonical, (MARKER_JSON, COMPACTION_JSON))
