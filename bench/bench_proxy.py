@@ -236,6 +236,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--baseline-root", default="", metavar="PATH",
                    help="also run the proxy from another checkout (e.g. `git worktree add /tmp/base <commit>`) as "
                         "the target 'baseline', interleaved with this one: a before/after in one run")
+    p.add_argument("--baseline-allocator", choices=("malloc", "pymalloc"),
+                   help="the baseline's allocator (default: --allocator); with --baseline-root . the same code "
+                        "under both allocators, interleaved")
     p.add_argument("--peers", default="", help="comma-separated peers to add as targets (litellm,headroom; "
                    "bench/peers.py starts them; skipped with the reason when unavailable)")
     p.add_argument("--n-1k", type=int, help="iterations, json_1k (default 3000; quick 2000)")
@@ -298,11 +301,11 @@ def start_peers(names: list[str], upstream_url: str, tmp: Path, urls: dict[str, 
     return skipped
 
 
-def proxy_env(args: argparse.Namespace) -> dict[str, str]:
-    """The proxy's environment: this one, with its allocator (``--allocator``)."""
+def proxy_env(args: argparse.Namespace, allocator: str | None = None) -> dict[str, str]:
+    """The proxy's environment: this one, with its allocator (``--allocator`` unless given)."""
     env = dict(os.environ)
     env.pop("PYTHONMALLOC", None)
-    if args.allocator == "malloc":
+    if (allocator or args.allocator) == "malloc":
         env["PYTHONMALLOC"] = "malloc"
     return env
 
@@ -315,7 +318,7 @@ def spawn_baseline(args: argparse.Namespace, upstream_url: str, tmp: Path, port:
     if not (root / "proxy" / "__init__.py").is_file():
         raise SystemExit(f"--baseline-root: {root} holds no proxy package")
     cfg = write_proxy_config(tmp, upstream_url, args, name=BASELINE)
-    env = {**proxy_env(args),
+    env = {**proxy_env(args, args.baseline_allocator),
            "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     child = spawn_logged(BASELINE, [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--config", str(cfg)],
                          tmp, f"http://127.0.0.1:{port}" if port else "", env=env)

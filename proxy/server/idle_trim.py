@@ -16,8 +16,9 @@ held by a few blocks allocated during the burst that outlive it (free lists of C
 as aiohttp's parser messages and asyncio's future iterators, metric values, timestamps): ~28 MB,
 1.3x rest after 70 s, and no collection or trim can free a partly used arena. With
 ``PYTHONMALLOC=malloc`` small objects come from glibc, whose ``malloc_trim(0)`` gives back every
-free page wherever it lies: 1.06x rest, at no measurable cost per request (bench/README.md). The
-Docker image sets it; :func:`small_object_allocator` says which one runs, and the poll logs it
+free page wherever it lies: 1.06x rest. That costs latency (glibc makes and frees small objects
+more slowly): measured side by side in one run, ~0.1 ms on a 1 KB request and ~0.5-1.0 ms on a
+320 KB body never seen before (bench/README.md, third pass). The Docker image sets it; :func:`small_object_allocator` says which one runs, and the poll logs it
 once at start-up.
 """
 
