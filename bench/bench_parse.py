@@ -21,6 +21,11 @@ The work timed per request is what ``handle_messages`` does before compaction:
 * **in order**: the whole replay on a fresh memo, request after request (the memo remembers from
   64 KiB on: the early turns are parsed in full by both); mean and p50 over the requests (each
   request's median over ``--repeats`` replays), and how many messages were reused in total.
+* ``--pause-ms``: each timed request comes after the process slept that long, as in the proxy,
+  whose loop waits in ``epoll`` while the client, the upstream and the floor run: the same work
+  then costs several times its back-to-back figure (caches and branch predictors cold, the core
+  perhaps clocked down), which is why the stages measured inside the bench's proxy are dearer
+  than here without it.
 * **cold**: the last turn (~310 KB), each time under a new scope on an empty memo, after a full
   garbage collection (never seen: a full parse and learning where its elements end); median
   over ``--cold-runs``, split by step.
@@ -81,7 +86,9 @@ def _bodies(transcript: Path, style: str) -> list[bytes]:
     return out
 
 
-def _worker(root: str, style: str, transcript: str, repeats: int, cold_runs: int) -> dict[str, Any]:
+def _worker(
+    root: str, style: str, transcript: str, repeats: int, cold_runs: int, pause_ms: float = 0.0
+) -> dict[str, Any]:
     """Runs in a subprocess with ``root`` first on ``sys.path``."""
     sys.path.insert(0, root)
     import proxy
@@ -125,6 +132,8 @@ def _worker(root: str, style: str, transcript: str, repeats: int, cold_runs: int
         memo = BodyMemo()
         reused = 0
         for i, text in enumerate(texts):
+            if pause_ms:
+                time.sleep(pause_ms / 1000)
             t = clock()
             reused += edge(memo, "s", text)
             per_request[i].append(clock() - t)
@@ -133,6 +142,8 @@ def _worker(root: str, style: str, transcript: str, repeats: int, cold_runs: int
     for run in range(cold_runs):
         memo = BodyMemo()  # (a memo full of other bodies would add their garbage collection)
         gc.collect()
+        if pause_ms:
+            time.sleep(pause_ms / 1000)
         steps: list[int] = []
         edge(memo, f"cold-{run}", texts[-1], steps)
         cold.append(steps)
@@ -166,6 +177,8 @@ def _run(root: Path, args: argparse.Namespace, style: str) -> dict[str, Any]:
         str(args.repeats),
         "--cold-runs",
         str(args.cold_runs),
+        "--pause-ms",
+        str(args.pause_ms),
     ]
     env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
     out = subprocess.run(command, check=True, capture_output=True, env=env, cwd=root)
@@ -190,12 +203,17 @@ def main() -> None:
     parser.add_argument("--cold-runs", type=int, default=41)
     parser.add_argument("--rounds", type=int, default=2, help="alternating runs per checkout")
     parser.add_argument("--quick", action="store_true", help="1 round, 2 replays, 11 cold runs")
+    parser.add_argument("--pause-ms", type=float, default=0.0,
+                        help="sleep this long before each timed request, as the proxy's process idles between "
+                             "requests while the client, the upstream and the floor run (2: about the bench's "
+                             "rhythm); 0: back to back, caches hot")
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--_worker", help=argparse.SUPPRESS)
     parser.add_argument("--_style", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._worker:
-        print(json.dumps(_worker(args._worker, args._style, args.transcript, args.repeats, args.cold_runs)))
+        print(json.dumps(_worker(args._worker, args._style, args.transcript, args.repeats, args.cold_runs,
+                                 args.pause_ms)))
         return
     if args.quick:
         args.rounds, args.repeats, args.cold_runs = 1, 2, 11
@@ -206,6 +224,7 @@ def main() -> None:
     print(
         f"transcript {args.transcript}; rounds {args.rounds}, each: {args.repeats} replays in order,"
         f" {args.cold_runs} cold runs; each figure the lowest over the rounds"
+        + (f"; {args.pause_ms:g} ms idle before each request" if args.pause_ms else "")
     )
     print(f"{'style':8} {'code':6} {'in order: mean':>15} {'p50':>7} {'reused':>8}   {'cold':>7}"
           f"   {'parse':>6} {'nesting':>7} {'scan':>6} {'remember':>8}   (ms of CPU per request)")
