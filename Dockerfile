@@ -7,7 +7,7 @@ COPY examples/docker.yaml /etc/context-proxy/config.yaml
 ENV CONTEXT_PROXY_CONFIG=/etc/context-proxy/config.yaml
 # Small objects from glibc, not Python's arenas: after a burst of streams the idle step's
 # malloc_trim gives the memory back (1.06x rest instead of 1.3x; bench/bench_memory.py). It costs
-# ~0.1 ms on a small request and ~0.5-1.0 ms on a large never-seen body (bench/README.md): unset it
+# ~0.1 ms on a small request and ~0.5-3 ms on a large never-seen body (bench/README.md): unset it
 # where latency matters more than the memory a burst leaves behind.
 ENV PYTHONMALLOC=malloc
 VOLUME /var/lib/context-proxy

@@ -205,7 +205,8 @@ async def bench(args: argparse.Namespace, urls: dict[str, str], proxy_pid: int) 
     connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=60)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=300)) as session:
         for wl in wls:
-            print(f"- {wl.name}: {wl.label}: {wl.n} x {len(urls)} interleaved requests ...", file=sys.stderr, flush=True)
+            targets = len(urls) if wl.peers else sum(1 for t in urls if t in BASE_TARGETS or t == BASELINE)
+            print(f"- {wl.name}: {wl.label}: {wl.n} x {targets} interleaved requests ...", file=sys.stderr, flush=True)
             results["workloads"][wl.name] = await run_latency(session, wl, urls, CHILDREN)
         results["memory_mb"]["after_rows"] = rss_mb(proxy_pid)
         if args.conc_streams > 0 and "conc" in args.only.split(","):

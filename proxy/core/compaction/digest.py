@@ -96,7 +96,7 @@ def digests(
     JSON of some of them already made (by the edge's nesting check)."""
     known = messages.known if isinstance(messages, Resent) else None
     k = _reused(messages, known, hashed)
-    if known is not None and k == len(messages) == len(known.messages):
+    if known is not None and k == len(messages) == len(known.messages) and (known.hashed or not hashed):
         return known  # made for these very messages (``with_digests``): nothing to add
     tail = messages[k:]
     canonical = made.of(messages, k) if made is not None else canonical_all(tail)
