@@ -141,6 +141,20 @@ def test_opt_out_header_forwards_untouched(upstream: FakeUpstream, make_proxy: A
 
 
 @pytest.mark.parametrize(
+    ("enabled", "header", "runs"),
+    [(True, None, True), (True, "on", True), (True, " OFF ", False), (True, "off", False), (False, None, False)],
+)
+def test_whether_compaction_runs_is_one_decision(enabled: bool, header: str | None, runs: bool) -> None:
+    """The edge (whether the nesting check makes canonical JSON for compaction) and the service
+    (whether it compacts) ask the same question."""
+    from proxy.config import CompactionConfig
+    from proxy.server.compaction import compaction_runs
+
+    headers = {} if header is None else {"x-compaction": header}
+    assert compaction_runs(headers, CompactionConfig(enabled=enabled)) is runs
+
+
+@pytest.mark.parametrize(
     ("edits", "deferred"),
     [
         ([{"type": "clear_tool_uses_20250919"}], True),

@@ -49,7 +49,7 @@ from proxy.server.appkeys import (
     ProxyState,
     TenancyHolder,
 )
-from proxy.server.compaction import OPT_OUT_HEADER, CompactionService
+from proxy.server.compaction import OPT_OUT_HEADER, CompactionService, compaction_runs
 from proxy.server.durable import (
     DurableContext,
     session_from,
@@ -260,11 +260,11 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     n = len(body["messages"])
     keep = range(max(0, n - CHECKPOINTS_KEPT), n + 1) if parsed.rememberable else ()
     # the new messages' canonical JSON, made in the same step, serves compaction (when it runs)
-    compacting = tenant_policy.compaction.enabled and (
-        request.headers.get(OPT_OUT_HEADER, "").strip().lower() != "off"
-    )
     too_deep, canonical = check_nesting(
-        body, parsed.reused, parsed.reused_members, make_canonical=compacting
+        body,
+        parsed.reused,
+        parsed.reused_members,
+        make_canonical=compaction_runs(request.headers, tenant_policy.compaction),
     )
     if too_deep is not None:
         raise InvalidRequest(too_deep)

@@ -60,6 +60,12 @@ RELEASE_SECONDS = 0.001
 OPT_OUT_HEADER = "x-compaction"
 
 
+def compaction_runs(headers: Mapping[str, str], config: CompactionConfig) -> bool:
+    """Whether a request is compacted (or counted) at all: the tenant's compaction is enabled
+    and the client did not opt out with ``x-compaction: off``."""
+    return config.enabled and headers.get(OPT_OUT_HEADER, "").strip().lower() != "off"
+
+
 def defers_to_provider(body: Mapping[str, Any]) -> bool:
     """True when the client already asks the provider to clear or compact server-side.
 
@@ -276,7 +282,7 @@ class CompactionService:
         key = f"{tenant}/{model}"
         as_sent = raw if raw is not None else orjson.dumps(body)
         changed_by_edge = raw is None
-        if headers.get(OPT_OUT_HEADER, "").strip().lower() == "off" or not config.enabled:
+        if not compaction_runs(headers, config):
             self.metrics.compactions.labels("off").inc()
             report = _headers(0, 0, "none", "none", "skipped", None)
             return Prepared(as_sent, changed_by_edge, report, key, None)

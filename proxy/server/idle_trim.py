@@ -18,8 +18,8 @@ as aiohttp's parser messages and asyncio's future iterators, metric values, time
 ``PYTHONMALLOC=malloc`` small objects come from glibc, whose ``malloc_trim(0)`` gives back every
 free page wherever it lies: 1.06x rest. That costs latency (glibc makes and frees small objects
 more slowly): measured side by side in one run, ~0.1 ms on a 1 KB request and ~0.5-3 ms on a
-320 KB body never seen before (bench/README.md, third pass). The Docker image sets it; :func:`small_object_allocator` says which one runs, and the poll logs it
-once at start-up.
+320 KB body never seen before (bench/README.md, third pass). The Docker image sets it;
+:func:`small_object_allocator` says which one runs, and the poll logs it once at start-up.
 """
 
 from __future__ import annotations
