@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -44,7 +43,7 @@ import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 
 from bench.measure import API_HEADERS, run_concurrency  # noqa: E402
-from bench.servers import CHILDREN, raise_nofile, spawn_logged, spawn_upstream  # noqa: E402
+from bench.servers import CHILDREN, allocator_env, raise_nofile, spawn_logged, spawn_upstream  # noqa: E402
 from bench.workloads import build_body  # noqa: E402
 
 MB = 1024 * 1024
@@ -142,20 +141,8 @@ ALLOCATORS = ("pymalloc", "malloc")
 
 def spawn_proxy(name: str, cfg: Path, tmp: Path, allocator: str) -> Any:
     """``python -m proxy serve`` with ``PYTHONMALLOC`` set for ``allocator`` (unset: pymalloc)."""
-    saved = os.environ.get("PYTHONMALLOC")
-    if allocator == "pymalloc":
-        os.environ.pop("PYTHONMALLOC", None)
-    else:
-        os.environ["PYTHONMALLOC"] = allocator
-    try:
-        return spawn_logged(
-            name, [sys.executable, "-m", "proxy", "serve", "--port", "0", "--config", str(cfg)], tmp
-        )
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONMALLOC", None)
-        else:
-            os.environ["PYTHONMALLOC"] = saved
+    argv = [sys.executable, "-m", "proxy", "serve", "--port", "0", "--config", str(cfg)]
+    return spawn_logged(name, argv, tmp, env=allocator_env(allocator))
 
 
 def run_one(up_url: str, tmp: Path, allocator: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -75,6 +75,7 @@ from bench.servers import (  # noqa: E402
     PeerChild,
     _run_relay,
     _run_upstream,
+    allocator_env,
     free_port,
     raise_nofile,
     rss_mb,
@@ -302,15 +303,6 @@ def start_peers(names: list[str], upstream_url: str, tmp: Path, urls: dict[str, 
     return skipped
 
 
-def proxy_env(args: argparse.Namespace, allocator: str | None = None) -> dict[str, str]:
-    """The proxy's environment: this one, with its allocator (``--allocator`` unless given)."""
-    env = dict(os.environ)
-    env.pop("PYTHONMALLOC", None)
-    if (allocator or args.allocator) == "malloc":
-        env["PYTHONMALLOC"] = "malloc"
-    return env
-
-
 def spawn_baseline(args: argparse.Namespace, upstream_url: str, tmp: Path, port: int) -> str:
     """The proxy as another checkout has it (its ``proxy`` package first on the path), with its
     own state: one more target, measured like the peers (``x proxy``: its added latency over
@@ -319,7 +311,7 @@ def spawn_baseline(args: argparse.Namespace, upstream_url: str, tmp: Path, port:
     if not (root / "proxy" / "__init__.py").is_file():
         raise SystemExit(f"--baseline-root: {root} holds no proxy package")
     cfg = write_proxy_config(tmp, upstream_url, args, name=BASELINE)
-    env = {**proxy_env(args, args.baseline_allocator),
+    env = {**allocator_env(args.baseline_allocator or args.allocator),
            "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     child = spawn_logged(BASELINE, [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--config", str(cfg)],
                          tmp, f"http://127.0.0.1:{port}" if port else "", env=env)
@@ -349,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             port = 0 if args.proxy_log_level in ("DEBUG", "INFO") else free_port()
             proxy = spawn_logged(
                 "proxy", [sys.executable, *profile, "-m", "proxy", "serve", "--port", str(port), "--config", str(cfg)],
-                tmp, f"http://127.0.0.1:{port}" if port else "", env=proxy_env(args),
+                tmp, f"http://127.0.0.1:{port}" if port else "", env=allocator_env(args.allocator),
             )
             spawn_logged("floor", [sys.executable, str(Path(__file__).resolve()), "--_role", "relay",
                                    "--upstream", up.url], tmp)

@@ -275,6 +275,16 @@ def spawn_upstream() -> Child:
 CHILDREN: dict[str, Any] = {}  # name -> Child or PeerChild, in start order
 
 
+def allocator_env(allocator: str) -> dict[str, str]:
+    """This process's environment for a proxy child with ``allocator`` as its small-object
+    allocator: ``PYTHONMALLOC=malloc`` (what the Docker image sets), or unset for pymalloc."""
+    env = dict(os.environ)
+    env.pop("PYTHONMALLOC", None)
+    if allocator == "malloc":
+        env["PYTHONMALLOC"] = "malloc"
+    return env
+
+
 def spawn_logged(name: str, argv: list[str], tmp: Path, url: str = "", env: dict[str, str] | None = None) -> Child:
     """Start a child with its stderr in a file (a full pipe would stall it), register it in
     CHILDREN at once (so that it is stopped even if it never comes up), wait until it listens."""

@@ -130,10 +130,8 @@ def test_written_ledger_rows_are_not_kept(tmp_path: Path, loop_thread: LoopThrea
     assert loop_thread.run(go()) == []
 
 
-def _allocator_under(pythonmalloc: str | None) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONMALLOC"}
-    if pythonmalloc is not None:
-        env["PYTHONMALLOC"] = pythonmalloc
+def _allocator_in(env: dict[str, str]) -> str:
+    """What ``small_object_allocator`` says in a fresh interpreter with ``env``."""
     out = subprocess.run(
         [sys.executable, "-c", "from proxy.server.idle_trim import small_object_allocator as a; print(a())"],
         capture_output=True, text=True, check=True, env=env, cwd=ROOT,
@@ -141,10 +139,27 @@ def _allocator_under(pythonmalloc: str | None) -> str:
     return out.stdout.strip()
 
 
+def _allocator_under(pythonmalloc: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONMALLOC"}
+    if pythonmalloc is not None:
+        env["PYTHONMALLOC"] = pythonmalloc
+    return _allocator_in(env)
+
+
 def test_the_allocator_in_use_is_read_from_the_interpreter() -> None:
     assert _allocator_under(None) == "pymalloc"
     assert _allocator_under("malloc") == "malloc"
     assert _allocator_under("pymalloc") == "pymalloc"
+
+
+def test_the_bench_starts_a_proxy_under_the_allocator_it_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bench.servers.allocator_env``: what bench_proxy (``--allocator``, ``--baseline-allocator``)
+    and bench_memory start their proxies with, whatever this process's own setting."""
+    from bench.servers import allocator_env
+
+    monkeypatch.setenv("PYTHONMALLOC", "malloc")
+    for allocator in ("pymalloc", "malloc"):
+        assert _allocator_in(allocator_env(allocator)) == allocator
 
 
 def test_the_image_takes_small_objects_from_malloc() -> None:
