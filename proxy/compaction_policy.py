@@ -32,6 +32,13 @@ def model_windows(models: Iterable[ModelConfig]) -> tuple[ModelWindow, ...]:
     )
 
 
+def thinking_overrides(models: Iterable[ModelConfig]) -> tuple[tuple[str, bool], ...]:
+    """The config's ``models:`` entries that say whether their models bind thinking blocks."""
+    return tuple(
+        (m.match, m.thinking_binding == "prefix") for m in models if m.thinking_binding != "auto"
+    )
+
+
 def limits_for(
     config: CompactionConfig,
     model: str,

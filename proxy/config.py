@@ -257,6 +257,12 @@ class ModelConfig:
     context_window_1m: int = field(
         default=0, metadata=_check(lambda v: None if v >= 0 else "a positive number of tokens or 0 (no 1M window)")
     )
+    # whether these models bind thinking blocks to their prefix: "prefix" (they do), "none"
+    # (they do not), "auto" (the built-in table of proxy.core.thinking decides)
+    thinking_binding: str = field(
+        default="auto",
+        metadata=_check(lambda v: None if v in ("auto", "prefix", "none") else '"auto", "prefix" or "none"'),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -885,7 +885,7 @@ def test_transcript_pages_by_seq(admin: Admin) -> None:
     assert [e["seq"] for e in page["events"]] == [5] and page["next_after"] is None
     assert page["events"][0]["complete"] is False
     page = admin.call("GET", url, params={"after": 5}).json()
-    assert page == {"session": "s1", "events": [], "next_after": None}
+    assert page == {"session": "s1", "agent": None, "events": [], "next_after": None}
     page = admin.call("GET", url, params={"after": 3, "limit": 2}).json()
     assert [e["seq"] for e in page["events"]] == [4, 5] and page["next_after"] is None
     assert len(admin.call("GET", url).json()["events"]) == 5  # default limit 100
@@ -1146,7 +1146,7 @@ def test_the_openapi_file_lists_exactly_the_mounted_routes() -> None:
         path = info.get("path") or info.get("formatter", "")
         path = path.replace("{kind:facts|pending|evidence}", "{kind}").replace("{item_id}", "{id}")
         mounted.add((route.method, path))
-    assert documented == mounted and len(mounted) == 18
+    assert documented == mounted and len(mounted) == 19
 
 
 def test_a_resource_error_while_checking_sources_is_never_a_500(admin: Admin) -> None:

@@ -397,7 +397,13 @@ def test_the_bridge_names_removed_turns_and_retrieves_them(upstream: FakeUpstrea
     assert [b["text"] for b in answer.content["content"]] == ["Step 0 printed out 0."]
 
 
-def test_a_session_reused_for_another_conversation_names_no_transcript_pointers(upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread) -> None:
+def test_a_session_reused_for_another_conversation_names_that_conversations_events(upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread) -> None:
+    """The transcript interleaves two conversations of one identity: the bridge names the
+    events the recorder gave the removed messages (looked up by their keys), never the other
+    conversation's, however they are numbered."""
+    from proxy.core.pointers import TranscriptPointer, parse_pointer
+    from proxy.server.appkeys import STORE
+
     session = "ret-reused"
     proxy = make_proxy(compaction={"threshold": 1500, "hard_limit": 100_000, "keep_recent": 2})
     client = anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0, default_headers={"x-session-id": session})
@@ -412,8 +418,18 @@ def test_a_session_reused_for_another_conversation_names_no_transcript_pointers(
     r = client.messages.with_raw_response.create(model="m", max_tokens=5, messages=messages, tools=TOOLS)  # type: ignore[arg-type]
     assert "summarize" in r.headers["x-compaction-layers"], {k: v for k, v in r.headers.items() if k.startswith("x-")}
     sent = _messages_requests(upstream)[-1].json()
-    assert "transcript:" not in orjson.dumps(sent["messages"]).decode()
-    assert sent["tools"] == TOOLS  # nothing to redeem: no tool
+    assert sent["tools"] == [*TOOLS, TOOL]  # the view names pointers the model can redeem
+    text = orjson.dumps(sent["messages"]).decode()
+    named = {m for m in re.findall(rf"transcript:{session}:\d+", text)}
+    assert named
+    loop_thread.run(proxy.app[DURABLE].drain())
+    events = {e.seq: e for e in loop_thread.run(proxy.app[STORE].transcript_events("default", session))}
+    assert events[1].event.content == "an unrelated first conversation"  # the other conversation
+    contents = [m["content"] for m in messages]
+    for pointer in named:
+        parsed = parse_pointer(pointer)
+        assert isinstance(parsed, TranscriptPointer) and parsed.sequence > 2
+        assert events[parsed.sequence].event.content in contents  # one of this conversation's
 
 
 def test_count_tokens_counts_the_view_with_the_tool(upstream: FakeUpstream, make_proxy: Any) -> None:

@@ -7,7 +7,7 @@ only decides what a pointer *is*. It does no I/O.
 Grammar (whole-string matches only, ASCII only)::
 
     pointer    = transcript | artifact | other
-    transcript = "transcript:" component ":" sequence
+    transcript = "transcript:" component [":" component] ":" sequence   ; session [agent]
     artifact   = "artifact:" component ":" component ":" digest
     component  = [A-Za-z0-9] [A-Za-z0-9._-]{0,199}      ; see the exclusions below
     sequence   = [1-9] [0-9]{0,17}                       ; 1 .. 10**18 - 1, no sign, no leading 0
@@ -18,7 +18,11 @@ Grammar (whole-string matches only, ASCII only)::
 Outcomes of :func:`parse_pointer`:
 
 * a :class:`TranscriptPointer` or an :class:`ArtifactPointer` (always canonical: ``format_pointer``
-  gives back the exact input);
+  gives back the exact input). A transcript pointer with two fields names an event of the
+  session's main conversation (``transcript:<session>:<seq>``, the form every pointer had before
+  agents); with three, an event of one of its agents' conversations
+  (``transcript:<session>:<agent>:<seq>``: a subagent Claude Code spawned, or any client's
+  ``x-agent-id``). The number of fields decides, so the two never mean the same event;
 * ``BadPointer("unsupported")`` for a pointer of the generic shape (a lowercase scheme, then one or
   more ``:``-separated valid components) whose scheme this proxy does not know (``store:s1:42``):
   a newer writer may use it, so it is reported as such rather than as damage. Something that does
@@ -66,6 +70,7 @@ __all__ = [
     "Pointer",
     "PointerKind",
     "format_pointer",
+    "is_valid_agent_id",
     "is_valid_component",
     "is_valid_digest",
     "is_valid_session_id",
@@ -91,7 +96,9 @@ _COMPONENT_RE = re.compile(_COMPONENT, re.ASCII)
 _DIGEST_RE = re.compile(_DIGEST, re.ASCII)
 _PRINTABLE_RE = re.compile(r"[\x21-\x7e]+", re.ASCII)
 _SCHEME_RE = re.compile(r"[a-z][a-z0-9-]{0,31}", re.ASCII)
-_TRANSCRIPT_RE = re.compile(rf"transcript:({_COMPONENT}):({_SEQUENCE})", re.ASCII)
+_TRANSCRIPT_RE = re.compile(
+    rf"transcript:({_COMPONENT})(?::({_COMPONENT}))?:({_SEQUENCE})", re.ASCII
+)
 _ARTIFACT_RE = re.compile(rf"artifact:({_COMPONENT}):({_COMPONENT}):({_DIGEST})", re.ASCII)
 _DEVICE_NAME_RE = re.compile(r"(?:con|prn|aux|nul|com[0-9]|lpt[0-9])(?:\..*)?", re.ASCII | re.I)
 
@@ -112,6 +119,11 @@ def is_valid_session_id(value: object) -> bool:
     return is_valid_component(value)
 
 
+def is_valid_agent_id(value: object) -> bool:
+    """Agent ids too (``""`` is the session's main conversation, never written in a pointer)."""
+    return is_valid_component(value)
+
+
 def is_valid_digest(value: object) -> bool:
     """12 or 64 lowercase hex digits (a prefix of, or a whole, SHA-256 hex digest)."""
     return isinstance(value, str) and _DIGEST_RE.fullmatch(value) is not None
@@ -119,17 +131,22 @@ def is_valid_digest(value: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class TranscriptPointer:
-    """``transcript:<session>:<sequence>``: the event with that ``sequence`` in the session's log."""
+    """``transcript:<session>:<sequence>``: the event with that ``sequence`` in the log of the
+    session's main conversation; ``transcript:<session>:<agent>:<sequence>``: in the log of one
+    of its agents (``agent`` non-empty)."""
 
     kind: ClassVar[PointerKind] = "transcript"
     session: str
     sequence: int
+    agent: str = ""
 
     def __post_init__(self) -> None:
         if not is_valid_session_id(self.session):
             raise ValueError("invalid session id")
         if type(self.sequence) is not int or not 1 <= self.sequence <= MAX_SEQUENCE:
             raise ValueError("invalid sequence")
+        if self.agent != "" and not is_valid_agent_id(self.agent):
+            raise ValueError("invalid agent id")
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,9 +209,13 @@ def _parse_str(text: str) -> ParsedPointer:
         return _corrupt("malformed scheme")
     if scheme == TRANSCRIPT:
         m = _TRANSCRIPT_RE.fullmatch(text)
-        if m is None or not is_valid_session_id(m[1]):
+        if (
+            m is None
+            or not is_valid_session_id(m[1])
+            or (m[2] is not None and not is_valid_agent_id(m[2]))
+        ):
             return _corrupt("malformed transcript pointer")
-        return TranscriptPointer(m[1], int(m[2]))
+        return TranscriptPointer(m[1], int(m[3]), m[2] or "")
     if scheme == ARTIFACT:
         m = _ARTIFACT_RE.fullmatch(text)
         if m is None or not is_valid_session_id(m[1]) or not is_valid_component(m[2]):
@@ -208,5 +229,7 @@ def _parse_str(text: str) -> ParsedPointer:
 def format_pointer(pointer: Pointer) -> str:
     """The canonical text of a pointer; ``parse_pointer(format_pointer(p)) == p``."""
     if isinstance(pointer, TranscriptPointer):
+        if pointer.agent:
+            return f"transcript:{pointer.session}:{pointer.agent}:{pointer.sequence}"
         return f"transcript:{pointer.session}:{pointer.sequence}"
     return f"artifact:{pointer.session}:{pointer.name}:{pointer.digest}"

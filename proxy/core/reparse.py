@@ -73,6 +73,7 @@ from typing import Any
 import orjson
 import xxhash
 
+from proxy.core.canonical import strip_markers
 from proxy.core.compaction.digest import Digests, Resent
 from proxy.core.protocol import Checkpoint
 from proxy.core.rawjson import array_starts, element_ends, elements
@@ -348,6 +349,8 @@ class BodyMemo:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return None
+        if prev is None:
+            self._drop_superseded(parsed.scope, messages)
         located = prev is not None
         if prev is not None:
             start, head = prev.start, prev.head
@@ -380,6 +383,16 @@ class BodyMemo:
                 entry.members, entry.members_known = parsed._members, True
         self._add(entry)
         return entry
+
+    def _drop_superseded(self, scope: str, messages: list[Any]) -> None:
+        """A body that continued no remembered one may still be the next turn of one: the same
+        conversation (scope) whose first message differs only in ``cache_control`` markers
+        (Claude Code moves its breakpoint off the first message on the second turn). That body is
+        superseded: dropped, not kept beside its successor until the LRU evicts it."""
+        first = strip_markers(messages[0])
+        for entry in [e for e in self._entries.values() if e.scope == scope]:
+            if len(entry.messages) < len(messages) and strip_markers(entry.messages[0]) == first:
+                self._drop(entry)
 
     def _located(self, entry: _Entry) -> bool:
         """Whether ``entry``'s elements are located (locating them now if not yet); an entry

@@ -36,11 +36,13 @@ from proxy.core.compaction import (
     CompactionPolicy,
     CompactionResult,
     Done,
+    NeedsNaming,
     PlanCache,
     Removed,
     Summarized,
     SummaryRequest,
     compact,
+    named,
     step,
 )
 from proxy.core.compaction.view import strip_markers
@@ -531,6 +533,9 @@ def run_replay(
             calls = 0
             answered: set[int] = set()  # message labels of the inputs the summariser answered
             while not isinstance(outcome, Done):
+                if isinstance(outcome, NeedsNaming):  # offline: no transcript, nothing named
+                    outcome = named(outcome.continuation, {})
+                    continue
                 calls += 1
                 text = summariser(outcome.summary_request)
                 if text is not None and text.strip():

@@ -91,12 +91,12 @@ from proxy.errors import (
 )
 from proxy.server.admin_audit import get_audit
 from proxy.server.admin_source import get_source
+from proxy.server.admin_transcripts import get_agents, get_transcript
 from proxy.server.admin_usage import usage_routes
 from proxy.server.appkeys import ADMIN_REQUEST_ID, RESOLVER, SOURCE_CHECKS, STORE, TENANCY
 from proxy.server.forward import read_limited
 from proxy.sources.checks import SourceChecks
-from proxy.sources.transcript_records import record_sha256
-from proxy.store.base import HistoryEntry, RecordedEvent, Store, StoreError
+from proxy.store.base import HistoryEntry, Store, StoreError
 from proxy.tenants import Tenant
 
 __all__ = [
@@ -111,8 +111,6 @@ log = logging.getLogger("context_proxy.admin")
 PREFIX = "/admin/v1"
 MAX_BODY_BYTES = 4 << 20
 MAX_CHANGES = 1000
-DEFAULT_TRANSCRIPT_LIMIT = 100
-MAX_TRANSCRIPT_LIMIT = 1000
 MAX_COMPACTION_ID_CHARS = 256
 RESOLUTION_STATUSES = ("available", "missing", "denied", "corrupt", "unsupported")
 
@@ -305,23 +303,6 @@ def _history_json(entry: HistoryEntry) -> dict[str, Any]:
         "recorded_at": entry.recorded_at,
         "version": entry.event.version,
         "change": change_to_json(entry.event.change),
-    }
-
-
-def _event_json(recorded: RecordedEvent) -> dict[str, Any]:
-    event = recorded.event
-    return {
-        "seq": recorded.seq,
-        "pointer": recorded.pointer,
-        "event_id": event.event_id,
-        "recorded_at": event.recorded_at,
-        "type": event.type,
-        "role": event.role,
-        "content": event.content,
-        "complete": event.complete,
-        "prefix_count": recorded.prefix_count,
-        "prefix_hash": recorded.prefix_hash,
-        "evidence_sha256": record_sha256(recorded),
     }
 
 
@@ -629,28 +610,6 @@ async def get_preview(request: web.Request, tenant: Tenant) -> web.StreamRespons
     )
 
 
-async def get_transcript(request: web.Request, tenant: Tenant) -> web.StreamResponse:
-    session = _session(request)
-    after = _query_int(request, "after", 0, 0, 10**18 - 1)
-    limit = _query_int(request, "limit", DEFAULT_TRANSCRIPT_LIMIT, 1, MAX_TRANSCRIPT_LIMIT)
-    problems = [p for p in (after, limit) if isinstance(p, str)]
-    if problems:
-        raise InvalidRequest("; ".join(problems))
-    assert isinstance(after, int) and isinstance(limit, int)
-    store = request.app[STORE]
-    await _require_session(store, tenant, session)
-    events = await store.transcript_events(tenant.name, session, after, limit + 1)
-    page = events[:limit]
-    more = len(events) > limit
-    return _json(
-        {
-            "session": session,
-            "events": [_event_json(e) for e in page],
-            "next_after": page[-1].seq if more else None,
-        }
-    )
-
-
 async def get_manifest(request: web.Request, tenant: Tenant) -> web.StreamResponse:
     compaction_id = request.match_info["compaction_id"]
     if not compaction_id.strip() or len(compaction_id) > MAX_COMPACTION_ID_CHARS:
@@ -690,6 +649,7 @@ def add_admin_routes(app: web.Application) -> None:
     r.add_post(session + "/changes", _admin(post_changes), name="admin_changes")
     r.add_get(session + "/preview", _admin(get_preview), name="admin_preview")
     r.add_get(session + "/transcript", _admin(get_transcript), name="admin_transcript")
+    r.add_get(session + "/agents", _admin(get_agents), name="admin_agents")
     r.add_post(item, _admin(create_item), name="admin_item_create")
     r.add_get(one, _admin(get_item), name="admin_item")
     r.add_put(one, _admin(replace_item), name="admin_item_replace")

@@ -10,18 +10,22 @@ import logging
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
+from typing import Any
 
 import aiohttp
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from proxy.compaction_policy import model_windows
+from proxy.compaction_policy import model_windows, thinking_overrides
 from proxy.config import Config
 from proxy.console.routes import add_console_routes
+from proxy.core.conversation import Conversation
 from proxy.core.nesting import MAX_DEPTH, check_nesting
 from proxy.core.protocol import scan_messages
 from proxy.core.reparse import BodyMemo, Parsed
+from proxy.core.thinking import BINDING_BETA
 from proxy.errors import (
     AuthenticationFailed,
     InvalidRequest,
@@ -46,13 +50,14 @@ from proxy.server.appkeys import (
     STATE,
     STORE,
     TENANCY,
+    THINKING,
     ProxyState,
     TenancyHolder,
 )
-from proxy.server.compaction import OPT_OUT_HEADER, CompactionService, compaction_runs
+from proxy.server.compaction import OPT_OUT_HEADER, CompactionService, Prepared, compaction_runs
 from proxy.server.durable import (
     DurableContext,
-    session_from,
+    conversation_from,
     with_system_block,
 )
 from proxy.server.forward import (
@@ -63,8 +68,10 @@ from proxy.server.forward import (
 )
 from proxy.server.ledger import LEDGER, ClientCall, LedgerRecorder, calls_for
 from proxy.server.metrics import CONTENT_TYPE, new_metrics
+from proxy.server.naming import transcript_naming
 from proxy.server.retention import retention_ctx
-from proxy.server.retrieval import RetrievalLoop, transcript_naming
+from proxy.server.retrieval import RetrievalLoop
+from proxy.server.thinking import THINKING_HEADER, ThinkingGuard, with_beta
 from proxy.server.usage import UsageTap
 from proxy.sources.resolver import SourceResolver
 from proxy.store import open_store
@@ -209,13 +216,15 @@ def _decoded_for_inspection(request: web.Request, raw: bytes, limit: int) -> byt
     return text
 
 
-def _memo_scope(request: web.Request, tenant: str) -> str:
+def _memo_scope(request: web.Request, tenant: str, conversation: Conversation | None) -> str:
     """Whose remembered bodies a request may continue: its tenant's, and among those only the
     ones sent with the same credential (without tenant policies every client is the default
-    tenant: one client's bodies, or how fast they parse, tell nothing to another)."""
+    tenant: one client's bodies, or how fast they parse, tell nothing to another), in the same
+    conversation (a session's agents often open with the same words: each keeps its own body)."""
     credential = request.headers.get("x-api-key") or request.headers.get("authorization") or ""
     digest = hashlib.blake2b(credential.encode(), digest_size=8).hexdigest()
-    return f"{tenant}\0{digest}"
+    where = conversation.scope if conversation is not None else ""
+    return f"{tenant}\0{digest}\0{where}"
 
 
 def parse_messages_body(text: bytes, memo: BodyMemo | None = None, scope: str = "") -> Parsed:
@@ -253,8 +262,11 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     app[METRICS].request_bytes.labels(route).observe(len(raw))
     tenant_policy = request[REQUEST_TENANT]
     tenant = tenant_policy.name
+    conversation = conversation_from(request.headers)
     parsed = parse_messages_body(
-        _decoded_for_inspection(request, raw, limit), app[BODIES], _memo_scope(request, tenant)
+        _decoded_for_inspection(request, raw, limit),
+        app[BODIES],
+        _memo_scope(request, tenant, conversation),
     )
     body = parsed.body
     n = len(body["messages"])
@@ -272,25 +284,28 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     if violation is not None:
         raise InvalidRequest(violation.message)
     sources = tenant_policy.sources
-    session = session_from(request.headers)
+    session = conversation.session if conversation is not None else None
     durable = app[DURABLE]
     extra_headers: dict[str, str] = {}
     faithful: bytes | None = raw
-    if session is not None:
-        injection = await durable.injection(tenant, sources, session)
-        extra_headers.update(injection.headers(session))
+    shared: tuple[str, ...] = ()  # the durable context's pointers, which every agent sees
+    if conversation is not None:
+        injection = await durable.injection(tenant, sources, conversation.session)
+        extra_headers.update(injection.headers(conversation))
+        shared = injection.sources
         if injection.block is not None:
             body = with_system_block(body, injection.block)
             faithful = None
     service = app[COMPACTION]
     headers = _upstream_headers(request, messages_route=True)
     artifact_session = session if session is not None and sources.artifact_root else None
-    naming = (
-        await transcript_naming(app[STORE], tenant, sources, session, body["messages"])
-        if session is not None
-        else None
-    )
+    naming = transcript_naming(sources, conversation) if conversation is not None else None
     recorder = app.get(LEDGER)
+    # queued before compaction runs: naming what it removes reads these events back (settled)
+    recording = conversation is not None and route == "messages"
+    if recording:
+        assert conversation is not None
+        turn = durable.record_request(tenant, sources, conversation, body["messages"])
     # the calls the proxy makes for this request (summaries) are recorded as the tenant's
     with calls_for(tenant, session, recorder):
         prepared = await service.prepare(
@@ -302,26 +317,33 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             artifact_session=artifact_session,
             upstream_headers=headers,
             transcript=naming,
-            offer_retrieval=session is not None,
+            offer_retrieval=conversation is not None,
             canonical=canonical,
+            conversation=conversation,
+            settled=(
+                None if conversation is None else lambda: durable.settled(tenant, conversation)
+            ),
         )
     extra_headers.update(prepared.headers)
     result = prepared.result
-    if session is not None and result is not None and result.plan_status == "new":
-        await durable.keep_compaction(tenant, sources, session, body["messages"], result)
-    recording = session is not None and route == "messages"
-    if recording:
-        assert session is not None
-        turn = durable.record_request(tenant, sources, session, body["messages"])
+    if conversation is not None and result is not None and result.plan_status == "new":
+        await durable.keep_compaction(tenant, sources, conversation, body["messages"], result)
+    guard = app[THINKING]
+    learn_from: int | None = None  # a binding model's answer: where its blocks stand
+    if guard.binds(body.get("model")):
+        prepared, learn_from = _guard_thinking(
+            guard, service, prepared, parsed.body, body, raw, headers, extra_headers
+        )
     if prepared.changed:
         headers.popall("Content-Encoding", None)  # a re-serialised body is sent as identity
     forwarder = app[FORWARDER]
     retrieval = None
-    if prepared.view is not None and session is not None and route == "messages":
+    if prepared.view is not None and conversation is not None and route == "messages":
         retrieval = RetrievalLoop(
             forwarder, request, headers, prepared.view, tenant_policy.compaction.retrieval,
-            durable.checks, tenant, sources, session, route,
-            settled=lambda: durable.settled(tenant, session),
+            durable.checks, tenant, sources, conversation, route,
+            settled=lambda: durable.settled(tenant, conversation),
+            shared=shared,
         )
     before_upstream = time.perf_counter() - started
     call = ClientCall(recorder if route == "messages" else None, tenant, session, body, prepared.headers)
@@ -341,7 +363,8 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     async with upstream:
         sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
         tap = UsageTap(sse=sse)
-        answer = AnswerAccumulator(sse=sse) if recording and upstream.status == 200 else None
+        accumulate = recording or learn_from is not None
+        answer = AnswerAccumulator(sse=sse) if accumulate and upstream.status == 200 else None
 
         def feed(data: bytes) -> None:
             tap.feed(data)
@@ -370,9 +393,14 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
         finally:
             if answer is not None:
                 message = answer.message()
+                if learn_from is not None and answer.stopped and (
+                    retrieval is None or not retrieval.rounds
+                ):
+                    guard.learn(learn_from, message)
                 if retrieval is not None:
                     message = retrieval.annotate(message)
-                durable.record_answer(turn, message, answer.stopped)
+                if recording:
+                    durable.record_answer(turn, message, answer.stopped)
             if upstream.status == 200:
                 tap.close()
             # recorded even when the client went away mid-stream: the call was made (and billed)
@@ -391,6 +419,42 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     if result is not None:
         parsed.keep_digests(result.digests)
     return response
+
+
+def _guard_thinking(
+    guard: ThinkingGuard,
+    service: CompactionService,
+    prepared: Prepared,
+    client: dict[str, Any],
+    decided: dict[str, Any],
+    raw: bytes,
+    headers: CIMultiDict[str],
+    extra_headers: dict[str, str],
+) -> tuple[Prepared, int]:
+    """A binding model's request: what ``ThinkingGuard`` says to forward (see
+    ``proxy.server.thinking``), and where the answer's blocks will stand."""
+    forwarded = prepared.forwarded if prepared.forwarded is not None else decided
+    digests = prepared.result.digests if prepared.result is not None else None
+    own = digests.own if digests is not None and digests.hashed else ()
+    guarded = guard.check(client, forwarded, decided, own)
+    extra_headers[THINKING_HEADER] = guarded.header
+    if guarded.body is None:
+        return prepared, guarded.end
+    if guarded.deferred:
+        if guarded.as_sent:  # the client's request, byte for byte: no durable block either
+            extra_headers["x-durable-context"] = "deferred"
+            deferred = service.deferred(prepared, raw, False)
+        else:
+            deferred = service.deferred(prepared, orjson.dumps(guarded.body), True)
+        for name in prepared.headers:  # the compaction report is now the deferral's
+            extra_headers.pop(name, None)
+        extra_headers.update(deferred.headers)
+        return deferred, guarded.end
+    if guarded.decision.action == "asked-to-drop":
+        with_beta(headers, BINDING_BETA)
+    view = guarded.body if prepared.view is not None else None
+    body = orjson.dumps(guarded.body)
+    return replace(prepared, body=body, changed=True, view=view, forwarded=guarded.body), guarded.end
 
 
 async def handle_passthrough(request: web.Request) -> web.StreamResponse:
@@ -506,6 +570,7 @@ def build_app(config: Config) -> web.Application:
     app[CONFIG] = config
     app[TENANCY] = TenancyHolder(load_tenancy(config))  # invalid policies: PolicyError, no start
     app[BODIES] = BodyMemo(config.limits.body_memo_bytes)
+    app[THINKING] = ThinkingGuard(thinking_overrides(config.models))
     app[METRICS] = new_metrics()
     app[STATE] = ProxyState()
     app.cleanup_ctx.append(_upstream_session)

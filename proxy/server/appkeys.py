@@ -15,6 +15,7 @@ from proxy.server.compaction import CompactionService
 from proxy.server.durable import DurableContext
 from proxy.server.forward import Forwarder
 from proxy.server.metrics import Metrics
+from proxy.server.thinking import ThinkingGuard
 from proxy.sources.checks import SourceChecks
 from proxy.sources.resolver import SourceResolver
 from proxy.store.base import Store
@@ -44,6 +45,7 @@ METRICS = web.AppKey("metrics", Metrics)
 STATE = web.AppKey("state", ProxyState)
 FORWARDER = web.AppKey("forwarder", Forwarder)
 COMPACTION = web.AppKey("compaction", CompactionService)
+THINKING = web.AppKey("thinking", ThinkingGuard)
 
 STORE = web.AppKey("store", Store)
 RESOLVER = web.AppKey("resolver", SourceResolver)

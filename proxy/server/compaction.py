@@ -14,7 +14,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -25,25 +25,29 @@ from proxy.compaction_policy import limits_for, policy_from_config
 from proxy.config import CompactionConfig
 from proxy.core.compaction import (
     CompactionInput,
+    CompactionOutcome,
     CompactionPolicy,
     CompactionResult,
     Done,
-    NeedsSummary,
+    NeedsNaming,
     Plan,
     PlanCache,
     SummaryRequest,
     compact,
+    named,
     step,
 )
 from proxy.core.compaction.bridge import TranscriptNaming
 from proxy.core.compaction.digest import Resent
 from proxy.core.compaction.retrieval import offer_tool, plan_names_pointers
+from proxy.core.conversation import Conversation
 from proxy.core.durable import InvalidWrite
 from proxy.core.limits import Limits, ModelWindow, betas_of
 from proxy.core.tokens import Calibration, Canonical, TokenCounter
 from proxy.errors import PromptTooLong
 from proxy.server.counting import Counting, count_while_forwarding, with_digests
 from proxy.server.metrics import Metrics
+from proxy.server.naming import transcript_sequences
 from proxy.server.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of
 from proxy.server.summary_client import SummaryClient, SummaryFailed, summary_auth_headers
 from proxy.store import Store, StoreError
@@ -131,27 +135,32 @@ def _with_retrieval(
     return offer_tool(view)
 
 
-def _compacts_anew(outcome: Done | NeedsSummary) -> bool:
+def _compacts_anew(outcome: CompactionOutcome) -> bool:
     """The pipeline is about to make a new plan (rather than reuse one or leave the view)."""
     return not isinstance(outcome, Done) or outcome.result.plan_status == "new"
 
 
-def plan_scope(tenant: str, artifact_session: str | None) -> str:
-    """Whose plans a request may reuse. A plan whose view names artifacts names one session's
-    (``artifact:<session>:...`` in its truncation markers), so with artifacts on, plans belong to
-    the session: the same history sent as another session compacts afresh (same layers, the same
-    shared summary from the store, its own artifacts and pointers). Without artifacts, a plan
-    names nothing and the tenant's sessions share it."""
-    if artifact_session is None:
+def plan_scope(tenant: str, conversation: Conversation | None) -> str:
+    """Whose plans a request may reuse. A plan's view may name one conversation's sources (its
+    transcript events in the bridge, its session's artifacts in truncation markers), so with a
+    session, plans belong to the conversation (the session's main one, or one agent's): the
+    same history sent as another conversation compacts afresh (same layers, its own summary,
+    its own pointers). Without a session a plan names nothing and the tenant's requests share
+    it. The main conversation keeps the keys plans had before agents (``<session>``)."""
+    if conversation is None:
         return tenant
-    return f"{tenant}{SCOPE_SEPARATOR}{artifact_session}"
+    return f"{tenant}{SCOPE_SEPARATOR}{conversation.scope}"
 
 
-def summary_key(request: SummaryRequest) -> str:
+def summary_key(request: SummaryRequest, scope: str = "") -> str:
     """The store key of a summary: the same history to summarise (same prompt, model and
-    rendered text) is the same key on every replica."""
-    digest = hashlib.sha256(orjson.dumps(request.body(), option=orjson.OPT_SORT_KEYS))
-    return "s1-" + digest.hexdigest()
+    rendered text) in the same conversation (``scope``: ``plan_scope`` less the tenant) is the
+    same key on every replica. Each conversation has its own summaries, as it has its own
+    plans; the tenant's requests without a session share theirs, as before."""
+    body = orjson.dumps(request.body(), option=orjson.OPT_SORT_KEYS)
+    if not scope:
+        return "s1-" + hashlib.sha256(body).hexdigest()
+    return "s2-" + hashlib.sha256(scope.encode() + b"\0" + body).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +177,9 @@ class Prepared:
     view: dict[str, Any] | None = None
     # The exact count of a request forwarded as sent while it runs (``settle`` reports it).
     counting: Counting | None = None
+    # The forwarded body as a value, when compaction changed it (``None``: the body the edge
+    # handed in is what ``body`` holds)
+    forwarded: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,10 +279,15 @@ class CompactionService:
         transcript: TranscriptNaming | None = None,
         offer_retrieval: bool = False,
         canonical: Canonical | None = None,
+        conversation: Conversation | None = None,
+        settled: Callable[[], Awaitable[None]] | None = None,
     ) -> Prepared:
         """What to forward for ``body``. ``raw`` is the client's exact bytes for ``body``, or
         ``None`` when the edge already changed the body (durable context was injected);
-        ``canonical``: what the edge made of its messages' canonical JSON."""
+        ``canonical``: what the edge made of its messages' canonical JSON; ``conversation``:
+        whose plans and summaries these are (``plan_scope``); ``transcript``: the conversation
+        whose transcript names the removed turns, looked up when something is removed (after
+        ``settled``: what the recorder queued for it is stored)."""
         config = config or self.config
         model = body.get("model") if isinstance(body.get("model"), str) else ""
         assert isinstance(model, str)
@@ -292,7 +309,7 @@ class CompactionService:
             return Prepared(as_sent, changed_by_edge, report, key, None)
 
         ratio = await self._ratio(tenant, model, key)
-        scope = plan_scope(tenant, artifact_session)
+        scope = plan_scope(tenant, conversation)
         request = CompactionInput(
             system=body.get("system"),
             tools=body.get("tools"),
@@ -337,11 +354,25 @@ class CompactionService:
             outcome = await self._off_loop(
                 offload, compact, request, policy, self.counter, self.plans, scope
             )
-        while isinstance(outcome, NeedsSummary):
+        while not isinstance(outcome, Done):
+            if isinstance(outcome, NeedsNaming):
+                # the removed turns' events: only now, when something is removed
+                assert transcript is not None
+                if settled is not None:
+                    await settled()
+                found = await transcript_sequences(self.store, tenant, transcript, outcome.keys)
+                outcome = await self._off_loop(
+                    offload, named, outcome.continuation, outcome.sequences(found)
+                )
+                continue
             # one call, or a bounded chain of them (the region is over the summariser's input
             # budget): each call is its own leased key, so replicas share every link
             summary = await self._summary_once(
-                outcome.summary_request, tenant, config, upstream_headers or headers
+                outcome.summary_request,
+                tenant,
+                config,
+                upstream_headers or headers,
+                "" if conversation is None else conversation.scope,
             )
             outcome = await self._off_loop(offload, step, outcome.continuation, summary)
         result = outcome.result
@@ -372,8 +403,17 @@ class CompactionService:
         view = {**body, "messages": result.messages}
         offered = _with_retrieval(view, result, config) if offer_retrieval else None
         if offered is not None:
-            return Prepared(orjson.dumps(offered), True, report, key, estimate, result, offered)
-        return Prepared(orjson.dumps(view), True, report, key, estimate, result)
+            return Prepared(
+                orjson.dumps(offered), True, report, key, estimate, result, offered,
+                forwarded=offered,
+            )
+        return Prepared(orjson.dumps(view), True, report, key, estimate, result, forwarded=view)
+
+    def deferred(self, prepared: Prepared, body: bytes, changed: bool) -> Prepared:
+        """``prepared`` with compaction undone: ``body`` forwarded instead (the client's own
+        messages), reported as ``deferred`` (the thinking guard: the client chose ``error``)."""
+        report = _headers(0, 0, "deferred", "none", "skipped", None)
+        return Prepared(body, changed, report, prepared.calibration_key, None)
 
     async def settle(self, prepared: Prepared) -> Prepared:
         """``prepared`` with its report, once the count of a request forwarded while it was
@@ -440,6 +480,7 @@ class CompactionService:
         tenant: str,
         config: CompactionConfig,
         headers: Mapping[str, str],
+        scope: str = "",
     ) -> str | None:
         """The summary of ``request``, made once across every replica sharing the store (each
         call of a chain is a request of its own: its key includes the previous call's summary).
@@ -452,7 +493,7 @@ class CompactionService:
         store = self.store
         if store is None:
             return await self._summarize(request, headers)
-        key = summary_key(request)
+        key = summary_key(request, scope)
         holder = f"{self._holder}:{next(self._claims)}"
         lease = config.summary.lease_seconds
         loop = asyncio.get_running_loop()

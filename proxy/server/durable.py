@@ -1,19 +1,22 @@
-"""The edge side of durable context: which session a request belongs to, the block injected into
-``system``, and the transcript the proxy records.
+"""The edge side of durable context: which session (and which of its conversations) a request
+belongs to, the block injected into ``system``, and the transcripts the proxy records.
 
 Durable state never passes through the lossy layers: it is read from the store, its pointers are
 re-verified (transcripts against the store, artifacts under the tenant's trusted roots in a worker
 thread: ``proxy.sources.pointer_resolver``), and the pure renderer turns it into one
 deterministic text block. Only the store's write API changes it.
 
-Transcripts: each message of a session and each final answer is one event with a contiguous
-sequence number (``transcript:<session>:<seq>``), exactly once whatever the replicas, retries,
-racing requests or crashes: events are keyed by their place in the conversation
-(:func:`message_key`, :func:`answer_key`) and the store appends only keys it does not hold
+Transcripts: each conversation of a session (its main one, and each agent's: ``x-agent-id`` or
+Claude Code's ``x-claude-code-agent-id``, see ``proxy.core.conversation``) has its own transcript.
+Each message and each final answer is one event with a contiguous sequence number
+(``transcript:<session>:<seq>``, ``transcript:<session>:<agent>:<seq>``), exactly once whatever
+the replicas, retries, racing requests or crashes: events are keyed by their place in the
+conversation (``proxy.core.event_keys``) and the store appends only keys it does not hold
 (``proxy.store.transcript_keys``). The store is then projected to
-``<transcript_root>/<session>.jsonl`` (``proxy.sources.transcript_files.export_session``).
-Recording runs in background tasks, in order per session, and never delays the relay. Design and
-why: docs/ARCHITECTURE.md, "Transcripts: one record of truth".
+``<transcript_root>/<session>.jsonl`` and ``<transcript_root>/agents/<session>/<agent>.jsonl``
+(``proxy.sources.transcript_files.export_session``). Recording runs in background tasks, in order
+per conversation, and never delays the relay. Durable state is the session's, shared by its
+agents. Design and why: docs/ARCHITECTURE.md, "Transcripts: one record of truth".
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ from proxy.core.compaction import CompactionResult, Truncated
 from proxy.core.compaction.digest import digests
 from proxy.core.compaction.truncate import artifact_of
 from proxy.core.compaction.view import blocks_of
+from proxy.core.conversation import Conversation
 from proxy.core.durable import InvalidWrite
-from proxy.core.pointers import is_valid_session_id
+from proxy.core.event_keys import answer_key, message_key
+from proxy.core.pointers import is_valid_agent_id, is_valid_session_id
 from proxy.core.render import render_state, render_unavailable
 from proxy.errors import InvalidRequest
 from proxy.sources.checks import SourceChecks
@@ -51,6 +56,10 @@ from proxy.store.transcript_keys import KeyedEvent, Recorded
 log = logging.getLogger("context_proxy.durable")
 
 SESSION_HEADERS = ("x-session-id", "x-claude-code-session-id")
+# The agent a request's conversation belongs to, and the one that spawned it: ours first, then
+# Claude Code's (a subagent's requests carry its agent id with the main session's id).
+AGENT_HEADERS = ("x-agent-id", "x-claude-code-agent-id")
+PARENT_HEADERS = ("x-parent-agent-id", "x-claude-code-parent-agent-id")
 # Suffix of a prefix hash recorded before migration 4 (the session's last event was an answer).
 ANSWERED = "+answered"
 # How long, in the background, a request's recording waits for the answer its history carries
@@ -71,6 +80,36 @@ def session_from(headers: CIMultiDictProxy[str]) -> str | None:
                 )
             return value
     return None
+
+
+def _agent_header(headers: CIMultiDictProxy[str], names: tuple[str, ...]) -> str:
+    for name in names:
+        value = headers.get(name)
+        if value is None or value == "":
+            continue
+        if not is_valid_agent_id(value):
+            raise InvalidRequest(
+                f"{name}: invalid agent id (expected 1-200 characters of [A-Za-z0-9._-],"
+                " starting with a letter or a digit)"
+            )
+        return value
+    return ""
+
+
+def conversation_from(headers: CIMultiDictProxy[str]) -> Conversation | None:
+    """The request's conversation: its session (``session_from``) and, for an agent's request,
+    the agent (``x-agent-id``, else ``x-claude-code-agent-id``) and its parent
+    (``x-parent-agent-id``, else ``x-claude-code-parent-agent-id``; ``""``: the session's main
+    conversation). No session: ``None`` (an agent id alone names nothing to record). A
+    malformed id is a 400."""
+    session = session_from(headers)
+    agent = _agent_header(headers, AGENT_HEADERS)
+    parent = _agent_header(headers, PARENT_HEADERS)
+    if session is None:
+        return None
+    if not agent or parent == agent:
+        parent = ""
+    return Conversation(session, agent, parent)
 
 
 def with_system_block(body: Mapping[str, Any], block: str) -> dict[str, Any]:
@@ -95,12 +134,16 @@ class Injection:
     available: bool  # False: the store could not be read (the block says so)
     # The id the source checks were audited under (asked_by "request:<id>"); None: no checks.
     check_id: str | None = None
+    # the source pointers the block names (the model may read them back, whichever agent asks)
+    sources: tuple[str, ...] = ()
 
-    def headers(self, session: str) -> dict[str, str]:
+    def headers(self, conversation: Conversation) -> dict[str, str]:
         headers = {
-            "x-compaction-session": session,
+            "x-compaction-session": conversation.session,
             "x-durable-sources": ",".join(f"{s}={self.counts.get(s, 0)}" for s in STATUSES),
         }
+        if conversation.agent:
+            headers["x-compaction-agent"] = conversation.agent
         if self.check_id is not None:
             headers["x-durable-check-id"] = self.check_id
         if not self.available:
@@ -121,10 +164,10 @@ class DurableContext:
         self.store = store
         self.resolver = resolver
         self.checks = checks if checks is not None else SourceChecks(resolver, store)
-        self._chains: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._chains: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._exports: dict[tuple[str, str, str], asyncio.Task[None]] = {}
-        self._export_again: set[tuple[str, str, str]] = set()
+        self._exports: dict[tuple[str, str, str, str], asyncio.Task[None]] = {}
+        self._export_again: set[tuple[str, str, str, str]] = set()
         self._marks = ExportMarks()
 
     async def injection(self, tenant: str, policy: SourcePolicy, session: str) -> Injection:
@@ -149,7 +192,7 @@ class DurableContext:
             return Injection(render_unavailable(), {}, False)
         counts: dict[str, int] = dict(Counter(r.status for r in resolutions))
         block = render_state(state, dict(zip(pointers, resolutions, strict=True)))
-        return Injection(block, counts, True, check_id)
+        return Injection(block, counts, True, check_id, tuple(pointers))
 
     # -- what compaction cut -----------------------------------------------------------------
 
@@ -157,12 +200,14 @@ class DurableContext:
         self,
         tenant: str,
         policy: SourcePolicy,
-        session: str,
+        conversation: Conversation,
         messages: Sequence[Any],
         result: CompactionResult,
     ) -> None:
-        """For a new compaction: store each cut tool result's full text as an artifact (before
-        the request is forwarded: the marker the model sees names it), and the manifest."""
+        """For a new compaction: store each cut tool result's full text as an artifact of the
+        session (before the request is forwarded: the marker the model sees names it), and the
+        manifest (which names the agent, for an agent's conversation)."""
+        session = conversation.session
         artifacts = []
         for record in result.manifest:
             if not isinstance(record, Truncated) or record.artifact_key is None:
@@ -179,38 +224,43 @@ class DurableContext:
             except (OSError, ValueError, ObjectStoreError, StoreError) as exc:
                 log.warning("[durable] cut tool results not stored: %s", type(exc).__name__)
         if result.compaction_id is not None:
-            manifest = orjson.dumps(
-                {
-                    "compaction_id": result.compaction_id,
-                    "tokens_before": result.tokens_before,
-                    "tokens_after": result.tokens_after,
-                    "layers": list(result.layers),
-                    "summary": result.summary_status,
-                    "records": [r.to_json() for r in result.manifest],
-                }
-            ).decode()
+            data: dict[str, Any] = {
+                "compaction_id": result.compaction_id,
+                "tokens_before": result.tokens_before,
+                "tokens_after": result.tokens_after,
+                "layers": list(result.layers),
+                "summary": result.summary_status,
+                "records": [r.to_json() for r in result.manifest],
+            }
+            if conversation.agent:
+                data["agent"] = conversation.agent
+            manifest = orjson.dumps(data).decode()
             self._chain(
                 tenant,
-                session,
+                conversation,
                 self.store.put_manifest(tenant, result.compaction_id, session, manifest),
             )
 
     # -- transcripts ----------------------------------------------------------------------
 
     def record_request(
-        self, tenant: str, policy: SourcePolicy, session: str, messages: Sequence[Any]
+        self,
+        tenant: str,
+        policy: SourcePolicy,
+        conversation: Conversation,
+        messages: Sequence[Any],
     ) -> Turn:
-        """Record the request's new messages, in the background, after earlier records; the
-        returned turn is what ``record_answer`` needs."""
+        """Record the request's new messages, in the background, after earlier records of its
+        conversation; the returned turn is what ``record_answer`` needs."""
         turn = Turn(
-            tenant, policy, session, len(messages), asyncio.get_running_loop().create_future()
+            tenant, policy, conversation, len(messages), asyncio.get_running_loop().create_future()
         )
-        self._chain(tenant, session, self._record_messages(turn, messages))
+        self._chain(tenant, conversation, self._record_messages(turn, messages))
         return turn
 
     def record_answer(self, turn: Turn, message: Mapping[str, Any] | None, complete: bool) -> None:
         """Record the final answer (``complete``: the stream ended with ``message_stop``)."""
-        self._chain(turn.tenant, turn.session, self._record_answer(turn, message, complete))
+        self._chain(turn.tenant, turn.conversation, self._record_answer(turn, message, complete))
 
     async def drain(self) -> None:
         """Wait for every pending record and export (shutdown, tests)."""
@@ -222,15 +272,15 @@ class DurableContext:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def settled(self, tenant: str, session: str) -> None:
-        """Wait until what was queued for the session so far is recorded (a retrieval of its
-        transcript reads it back)."""
-        pending = self._chains.get((tenant, session))
+    async def settled(self, tenant: str, conversation: Conversation) -> None:
+        """Wait until what was queued for the conversation so far is recorded (a retrieval of
+        its transcript, or naming its removed turns, reads it back)."""
+        pending = self._chains.get((tenant, conversation.session, conversation.agent))
         if pending is not None:
             await asyncio.gather(pending, return_exceptions=True)
 
-    def _chain(self, tenant: str, session: str, work: Any) -> None:
-        key = (tenant, session)
+    def _chain(self, tenant: str, conversation: Conversation, work: Any) -> None:
+        key = (tenant, conversation.session, conversation.agent)
         previous = self._chains.get(key)
 
         async def run() -> None:
@@ -262,14 +312,15 @@ class DurableContext:
         turn.hashes.set_result(hashes)
         if not messages:
             return
-        tenant, session = turn.tenant, turn.session
-        head = await self.store.recorded_prefix(tenant, session)
+        tenant, conversation = turn.tenant, turn.conversation
+        session, agent = conversation.session, conversation.agent
+        head = await self.store.recorded_prefix(tenant, session, agent=agent)
         count, recorded = head.count, head.hash.removesuffix(ANSWERED)
         start = count if 0 < count <= len(messages) and hashes[count] == recorded else 0
         if start and head.hash.endswith(ANSWERED) and _role(messages[start]) == "assistant":
             start += 1  # recorded before migration 4 (no key): that answer is its event
         keyed = [
-            KeyedEvent(key, self._event(tenant, session, key, "message", message, True))
+            KeyedEvent(key, self._event(tenant, conversation, key, "message", message, True))
             for key, message in (
                 (message_key(i, messages[i], hashes), messages[i])
                 for i in range(start, len(messages))
@@ -278,14 +329,24 @@ class DurableContext:
         if not keyed:  # a retry of a recorded request: nothing new
             return
         if count > 0:
-            await self._await_answer(tenant, session, messages, hashes, start)
+            await self._await_answer(tenant, conversation, messages, hashes, start)
         recorded_now = await self.store.record_transcript(
-            tenant, session, keyed, Prefix(len(messages), hashes[-1])
+            tenant,
+            session,
+            keyed,
+            Prefix(len(messages), hashes[-1]),
+            agent=agent,
+            parent=conversation.parent,
         )
         self._exported(turn, recorded_now)
 
     async def _await_answer(
-        self, tenant: str, session: str, messages: Sequence[Any], hashes: Sequence[str], start: int
+        self,
+        tenant: str,
+        conversation: Conversation,
+        messages: Sequence[Any],
+        hashes: Sequence[str],
+        start: int,
     ) -> None:
         """The latest assistant message followed by the client's next turn is usually the
         answer another replica (or this one) is recording right now: wait a moment for it, so
@@ -305,7 +366,9 @@ class DurableContext:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ANSWER_WAIT_SECONDS
         pause = 0.01
-        while not await self.store.transcript_keys_held(tenant, session, [slot]):
+        while not await self.store.transcript_keys_held(
+            tenant, conversation.session, [slot], agent=conversation.agent
+        ):
             if loop.time() + pause > deadline:
                 return
             await asyncio.sleep(pause)
@@ -325,25 +388,32 @@ class DurableContext:
         else:  # a cut answer is kept, but never stands for the turn's answer
             digest = hashlib.sha256(orjson.dumps(content)).hexdigest()[:16]
             key = f"x{turn.count}:{hashes[turn.count]}:{digest}"
-        event = self._event(turn.tenant, turn.session, key, "answer", content, complete)
+        conversation = turn.conversation
+        event = self._event(turn.tenant, conversation, key, "answer", content, complete)
         recorded = await self.store.record_transcript(
             turn.tenant,
-            turn.session,
+            conversation.session,
             [KeyedEvent(key, event)],
             Prefix(turn.count, hashes[turn.count]),
+            agent=conversation.agent,
+            parent=conversation.parent,
         )
         self._exported(turn, recorded)
 
     @staticmethod
     def _event(
-        tenant: str, session: str, key: str, kind: Any, message: Any, complete: bool
+        tenant: str, conversation: Conversation, key: str, kind: Any, message: Any, complete: bool
     ) -> TranscriptEvent:
         if kind == "answer":
             role, content = "assistant", message
         else:
             role = str(message.get("role", "")) if isinstance(message, Mapping) else ""
             content = message.get("content") if isinstance(message, Mapping) else message
-        identity = hashlib.sha256(f"{tenant}\0{session}\0{key}".encode()).hexdigest()[:32]
+        # the main conversation's ids are as before agents; an agent's event includes its agent
+        where = conversation.session
+        if conversation.agent:
+            where = f"{conversation.session}\0{conversation.agent}"
+        identity = hashlib.sha256(f"{tenant}\0{where}\0{key}".encode()).hexdigest()[:32]
         return TranscriptEvent(
             event_id=f"evt_{identity}",
             recorded_at=_now(),
@@ -359,7 +429,8 @@ class DurableContext:
         root = turn.policy.transcript_root
         if root is None or not recorded.seqs:
             return
-        key = (turn.tenant, turn.session, root)
+        conversation = turn.conversation
+        key = (turn.tenant, conversation.session, conversation.agent, root)
         if key in self._exports:
             self._export_again.add(key)
             return
@@ -367,13 +438,13 @@ class DurableContext:
         self._exports[key] = task
         self._track(task)
 
-    async def _export(self, tenant: str, session: str, root: str) -> None:
-        key = (tenant, session, root)
+    async def _export(self, tenant: str, session: str, agent: str, root: str) -> None:
+        key = (tenant, session, agent, root)
         loop = asyncio.get_running_loop()
 
         def fetch(after: int, limit: int) -> list[StoredRecord]:
             events = asyncio.run_coroutine_threadsafe(
-                self.store.transcript_events(tenant, session, after, limit), loop
+                self.store.transcript_events(tenant, session, after, limit, agent=agent), loop
             ).result()
             return [StoredRecord(e.seq, e.event.event_id, record_bytes(e)) for e in events]
 
@@ -381,7 +452,9 @@ class DurableContext:
             while True:
                 self._export_again.discard(key)
                 try:
-                    await asyncio.to_thread(export_session, root, session, fetch, self._marks)
+                    await asyncio.to_thread(
+                        export_session, root, session, fetch, self._marks, agent
+                    )
                 except (StoreError, OSError, ValueError) as exc:
                     log.warning("[durable] transcript export failed: %s", type(exc).__name__)
                     return
@@ -397,7 +470,7 @@ class Turn:
 
     tenant: str
     policy: SourcePolicy
-    session: str
+    conversation: Conversation
     count: int  # messages in the request: the answer is message ``count`` of the conversation
     hashes: asyncio.Future[tuple[str, ...] | None]
 
@@ -409,20 +482,3 @@ def _role(message: Any) -> object:
 def _hashes(messages: Sequence[Any]) -> tuple[str, ...]:
     """``prefix_hashes`` of the messages (through the digests a re-sent body carries)."""
     return digests(messages, hashed=True).hashes
-
-
-def message_key(position: int, message: Any, hashes: Sequence[str]) -> str:
-    """The idempotency key of message ``position`` of the conversation ``hashes`` describes.
-
-    An assistant message is keyed by the conversation before it (``a<pos>:<hash of 0..pos-1>``):
-    it is the one answer to that conversation, whether the proxy recorded it from the stream or
-    the client sent it back (whichever is recorded first stands; the client's copy differs in
-    bytes). Any other message is keyed by the conversation through it (``m<pos>:<hash of
-    0..pos>``): an edited or new message is a new event, the same one re-sent is not."""
-    if isinstance(message, Mapping) and message.get("role") == "assistant":
-        return answer_key(position, hashes)
-    return f"m{position}:{hashes[position + 1]}"
-
-
-def answer_key(position: int, hashes: Sequence[str]) -> str:
-    return f"a{position}:{hashes[position]}"

@@ -41,7 +41,7 @@ import socket
 import stat
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -50,6 +50,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from proxy.config import ArtifactRetention, KindRetention, RetentionConfig
+from proxy.core.compaction.bridge import TranscriptRange
 from proxy.core.pointers import ArtifactPointer, TranscriptPointer, parse_pointer
 from proxy.server.appkeys import CONFIG, METRICS, STORE, TENANCY
 from proxy.sources.layout import TOOL_RESULTS_DIR
@@ -67,7 +68,7 @@ DAY = 86_400.0
 # a pointer followed by "." or "]" in prose is still found whole.
 _COMPONENT = r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}"
 _POINTER = re.compile(
-    rf"transcript:{_COMPONENT}:[1-9][0-9]{{0,17}}"
+    rf"transcript:{_COMPONENT}(?::{_COMPONENT})?:[1-9][0-9]{{0,17}}"
     rf"|artifact:{_COMPONENT}:{_COMPONENT}:(?:[0-9a-f]{{64}}|[0-9a-f]{{12}})",
     re.ASCII,
 )
@@ -122,32 +123,33 @@ class RunReport:
 class _Protected:
     """Pointers the tenant's durable history names, and those its stored plans name."""
 
-    transcripts: set[tuple[str, int]] = field(default_factory=set)
+    # (session, agent, seq): agent "" is the session's main conversation
+    transcripts: set[tuple[str, str, int]] = field(default_factory=set)
     artifacts: set[tuple[str, str]] = field(default_factory=set)
-    # transcript ranges a stored plan's bridge names (session -> [(first, last)]): the model may
-    # redeem any event of them with the retrieval tool
-    ranges: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    # transcript runs a stored plan's bridge names ((session, agent) -> [(first, last)]): the
+    # model may redeem any event of them with the retrieval tool
+    ranges: dict[tuple[str, str], list[tuple[int, int]]] = field(default_factory=dict)
 
-    def covers(self, session: str, seq: int) -> bool:
-        if (session, seq) in self.transcripts:
+    def covers(self, session: str, agent: str, seq: int) -> bool:
+        if (session, agent, seq) in self.transcripts:
             return True
-        return any(first <= seq <= last for first, last in self.ranges.get(session, ()))
+        runs = self.ranges.get((session, agent), ())
+        return any(first <= seq <= last for first, last in runs)
 
     def add_plan(self, text: str) -> None:
-        """A stored plan's bridge ``"transcript": [session, first, last]``."""
+        """A stored plan's bridge ``"transcript"`` (``TranscriptRange.to_json``)."""
         try:
             bridge = orjson.loads(text).get("bridge") or {}
-            session, first, last = bridge["transcript"]
+            named = TranscriptRange.from_json(bridge["transcript"])
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
             return
-        if isinstance(session, str) and isinstance(first, int) and isinstance(last, int):
-            self.ranges.setdefault(session, []).append((first, last))
+        self.ranges.setdefault((named.session, named.agent), []).extend(named.runs)
 
     def add_text(self, text: str) -> None:
         for match in _POINTER.finditer(text):
             pointer = parse_pointer(match.group(0))
             if isinstance(pointer, TranscriptPointer):
-                self.transcripts.add((pointer.session, pointer.sequence))
+                self.transcripts.add((pointer.session, pointer.agent, pointer.sequence))
             elif isinstance(pointer, ArtifactPointer):
                 self.artifacts.add((pointer.session, pointer.name))
 
@@ -214,7 +216,8 @@ class _Run:
         while True:
             rows = await self.backend.query(
                 "SELECT prefix_hash, plan_json FROM plans WHERE tenant = ? AND prefix_hash > ?"
-                """ AND plan_json LIKE '%"transcript":[%' ORDER BY prefix_hash LIMIT ?""",
+                """ AND (plan_json LIKE '%"transcript":[%' OR plan_json LIKE '%"transcript":{%')"""
+                " ORDER BY prefix_hash LIMIT ?",
                 (tenant, after, self.batch),
             )
             for _key, text in rows:
@@ -236,7 +239,14 @@ class TableCollector:
     live: str = ""  # SQL: rows matching it are never deleted; one ``?`` = now (epoch seconds)
     time_in_ms: bool = False
     optional: bool = False  # the table may not exist (another feature's)
-    protect_transcripts: bool = False
+    protect_transcripts: bool = False  # keys are (session, agent, seq)
+
+    @staticmethod
+    def protected_key(row: Sequence[object]) -> tuple[str, str, int]:
+        """``(session, agent, seq)`` of a transcript row read as ``(time, *keys)``."""
+        seq = row[3]
+        assert isinstance(seq, int)
+        return str(row[1]), str(row[2]), seq
 
     async def tenants(self, run: _Run) -> list[str]:
         if self.optional and not await run.backend.has_table(self.table):
@@ -288,7 +298,7 @@ class TableCollector:
                 if not old and excess <= 0:
                     done = True
                     break
-                if protected is not None and protected.covers(str(row[1]), int(row[2])):
+                if protected is not None and protected.covers(*self.protected_key(row)):
                     continue
                 victims.append((tenant, *row, *live_params))
                 excess -= 1
@@ -420,7 +430,7 @@ COLLECTORS: tuple[TableCollector, ...] = (
         "transcripts",
         "transcript_events",
         "recorded_at",
-        ("session", "seq"),
+        ("session", "agent", "seq"),
         protect_transcripts=True,
     ),
     # The usage ledger (its own branch: table ``usage_ledger``, time ``at_ms``), when it exists.

@@ -7,7 +7,8 @@ A request whose forwarded view offers the tool (``Prepared.view``) goes through
 1. the upstream's answer is relayed as it arrives (streaming: spliced, see ``splice``; JSON:
    read whole first, a JSON answer is one write anyway);
 2. when it calls our tool and rounds remain (``compaction.retrieval.max_rounds``), each call is
-   answered here: the pointer must name this session, the tenant's policy authorises it and
+   answered here: the pointer must name this conversation (or be one of the session's durable
+   sources), the tenant's policy authorises it and
    the source is verified (``SourceChecks.fetch``, audited), and the result pages its text;
 3. the view is extended by the round's assistant turn (the client's own calls of that round
    dropped: the model re-issues them after reading) and our results, and sent again, with the
@@ -30,8 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
-import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,6 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.config import RetrievalConfig
-from proxy.core.compaction.bridge import TranscriptNaming
 from proxy.core.compaction.retrieval import (
     BadCall,
     artifact_text,
@@ -52,14 +51,14 @@ from proxy.core.compaction.retrieval import (
     parse_call,
     sum_usage,
 )
+from proxy.core.conversation import Conversation
 from proxy.core.pointers import ArtifactPointer, BadPointer, TranscriptPointer, parse_pointer
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable, new_request_id, sse_error_event
 from proxy.server.forward import Forwarder, RelayOutcome, response_headers_for_client
 from proxy.server.splice import PING, Splice, split_events
 from proxy.server.sse import EventSplitter
 from proxy.sources.checks import SourceChecks
-from proxy.sources.policy import SourcePolicy, authorise
-from proxy.store.base import Store, StoreError
+from proxy.sources.policy import SourcePolicy
 
 log = logging.getLogger("context_proxy.retrieval")
 
@@ -68,60 +67,6 @@ RETRIEVALS_HEADER = "x-compaction-retrievals"
 MAX_SOURCE_BYTES = 64 << 20
 _READ_ERRORS = (aiohttp.ClientError, TimeoutError, ConnectionError)
 
-# --- which transcript events the messages are ------------------------------------------------
-
-# Per store: the fingerprint of each (tenant, session)'s first transcript event (transcripts are
-# append-only: event 1 never changes), so a session is read from the store once per process.
-_FIRST: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], bytes]] = weakref.WeakKeyDictionary()
-_FIRST_MAX = 10_000
-
-
-def _fingerprint(role: Any, content: Any) -> bytes:
-    return orjson.dumps([role, content], option=orjson.OPT_SORT_KEYS)
-
-
-async def transcript_naming(
-    store: Store, tenant: str, policy: SourcePolicy, session: str, messages: Any
-) -> TranscriptNaming | None:
-    """How the request's messages map to the session's transcript events, if they can be named.
-
-    As the recorder numbers events now, message ``i`` of a conversation recorded from its start
-    is event ``i + 1`` (each request records its new messages, each answer one event, and the
-    answer coming back is not recorded twice). That holds when the transcript's first event is
-    this conversation's first message, or when nothing is recorded yet (this request records
-    it). Otherwise (a session re-used for another conversation): ``None``, and the bridge names
-    no pointers. Kept behind this one function: the recorder's numbering may change."""
-    if not isinstance(messages, list) or not messages or not isinstance(messages[0], Mapping):
-        return None
-    if not authorise(TranscriptPointer(session, 1), policy):
-        return None
-    try:
-        mine = _fingerprint(messages[0].get("role"), messages[0].get("content"))
-    except orjson.JSONEncodeError:
-        return None
-    key = (tenant, session)
-    known = _FIRST.setdefault(store, {})
-    first = known.get(key)
-    if first is None:
-        try:
-            events = await store.transcript_events(tenant, session, 0, 1)
-        except StoreError as exc:
-            log.warning("[retrieval] transcript not read: %s", type(exc).__name__)
-            return None
-        if not events:
-            return TranscriptNaming(session, 1)  # this request's messages become events 1..n
-        event = events[0]
-        first = (
-            _fingerprint(event.event.role, event.event.content)
-            if event.seq == 1 and event.event.type == "message"
-            else b""  # never matches: this transcript does not start with a message
-        )
-        if len(known) >= _FIRST_MAX:
-            known.clear()
-        known[key] = first
-    return TranscriptNaming(session, 1) if first == mine else None
-
-
 # --- reading a source ------------------------------------------------------------------------
 
 
@@ -129,19 +74,30 @@ async def read_source(
     checks: SourceChecks,
     tenant: str,
     policy: SourcePolicy,
-    session: str,
+    conversation: Conversation,
     pointer_text: str,
     asked_by: str,
+    shared: Collection[str] = (),
 ) -> tuple[str, str | None]:
-    """``(status, text)`` of a pointer the model asked for: the pointer must name this session;
-    then the tenant's policy and the source checks decide, as for durable context (a transcript
-    event is the store's own, an artifact is verified where the tenant keeps them: local roots
-    or the object store)."""
+    """``(status, text)`` of a pointer the model asked for. A transcript pointer must name an
+    event of this very conversation (a session's agents never read each other's turns), or be
+    one of ``shared``: the source pointers of the session's durable context, which all its
+    agents see in their ``system``; an artifact pointer must name this session. Then the
+    tenant's policy and the source checks decide, as for durable context (a transcript event is
+    the store's own, an artifact is verified where the tenant keeps them: local roots or the
+    object store)."""
     parsed = parse_pointer(pointer_text)
     if isinstance(parsed, BadPointer):
         return parsed.status, None
-    if parsed.session != session:
+    if parsed.session != conversation.session:
         return "denied", None
+    if (
+        isinstance(parsed, TranscriptPointer)
+        and not conversation.owns(parsed)
+        and pointer_text not in shared
+    ):
+        return "denied", None
+    session = conversation.session
     fetched = await checks.fetch(tenant, policy, pointer_text, session=session, asked_by=asked_by)
     data = fetched.data
     if data is None:
@@ -228,9 +184,10 @@ class RetrievalLoop:
         checks: SourceChecks,
         tenant: str,
         policy: SourcePolicy,
-        session: str,
+        conversation: Conversation,
         route: str,
         settled: Callable[[], Awaitable[None]] | None = None,
+        shared: Collection[str] = (),
     ) -> None:
         self.forwarder = forwarder
         self.request = request
@@ -241,9 +198,10 @@ class RetrievalLoop:
         self.tenant = tenant
         self.request_id = new_request_id()  # the hidden rounds' source checks are audited under it
         self.policy = policy
-        self.session = session
+        self.conversation = conversation
+        self.shared = shared  # the durable context's source pointers (the session's agents')
         self.route = route
-        self.settled = settled  # waits for the session's transcript to be written so far
+        self.settled = settled  # waits for the conversation's transcript to be written so far
         self.added: list[dict[str, Any]] = []  # the hidden turns, appended to the view
         self.records: list[dict[str, Any]] = []  # one per hidden round
         # The hidden rounds' upstream calls and every round's own usage (round 0: the client's
@@ -283,9 +241,10 @@ class RetrievalLoop:
                 self.checks,
                 self.tenant,
                 self.policy,
-                self.session,
+                self.conversation,
                 call.pointer,
                 f"retrieval:{self.request_id}",
+                self.shared,
             )
             if text is None:
                 results.append(error_result(call.id, status, call.pointer))

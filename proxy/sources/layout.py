@@ -3,6 +3,7 @@
 Layout (every name below a root is a pointer component, so it has been through the grammar)::
 
     <transcript_root>/<session>.jsonl                     one JSON event per line
+    <transcript_root>/agents/<session>/<agent>.jsonl      an agent's conversation, the same
     <artifact_root>/<session>/tool-results/<name>         the artifact's bytes
 
 Nothing below a root is ever reached through a symlink: directories are opened one component at a
@@ -22,6 +23,7 @@ import stat
 from proxy.core.pointers import Pointer, TranscriptPointer
 
 __all__ = [
+    "AGENTS_DIR",
     "DIR_FLAGS",
     "FILE_FLAGS",
     "ROOT_FLAGS",
@@ -35,6 +37,7 @@ __all__ = [
 ]
 
 TOOL_RESULTS_DIR = "tool-results"
+AGENTS_DIR = "agents"
 TRANSCRIPT_SUFFIX = ".jsonl"
 
 ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC

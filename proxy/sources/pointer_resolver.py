@@ -120,7 +120,7 @@ class PointerResolver:
 
     async def _record(self, tenant: str, pointer: TranscriptPointer) -> bytes | None:
         events = await self.store.transcript_events(
-            tenant, pointer.session, pointer.sequence - 1, 1
+            tenant, pointer.session, pointer.sequence - 1, 1, agent=pointer.agent
         )
         if not events or events[0].seq != pointer.sequence:
             return None

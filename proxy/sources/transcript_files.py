@@ -1,4 +1,5 @@
-"""Write a session's transcript as ``<root>/<session>.jsonl``, the layout the resolver verifies.
+"""Write a session's transcript as ``<root>/<session>.jsonl``, the layout the resolver verifies
+(an agent's conversation: ``<root>/agents/<session>/<agent>.jsonl``).
 
 The proxy itself writes the file only with :func:`export_session`: a projection of the store
 (the record of truth) that carries the store's sequence numbers and byte form
@@ -42,9 +43,16 @@ from proxy.core.pointers import (
     MAX_SEQUENCE,
     TranscriptPointer,
     format_pointer,
+    is_valid_agent_id,
     is_valid_session_id,
 )
-from proxy.sources.layout import fsync_dir, open_root_for_writing, transcript_file_name
+from proxy.sources.layout import (
+    AGENTS_DIR,
+    ensure_subdir,
+    fsync_dir,
+    open_root_for_writing,
+    transcript_file_name,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -215,8 +223,16 @@ class ExportMarks:
         self.files = {}
 
 
-def export_session(root: str, session: str, fetch: Fetch, marks: ExportMarks | None = None) -> int:
+def export_session(
+    root: str,
+    session: str,
+    fetch: Fetch,
+    marks: ExportMarks | None = None,
+    agent: str = "",
+) -> int:
     """Bring ``<root>/<session>.jsonl`` level with the store; return its last sequence number.
+    With ``agent``: that agent's conversation, ``<root>/agents/<session>/<agent>.jsonl`` (no
+    session id contains ``/``, so ``agents/`` is never a session's file).
 
     Under the file's ``flock``: a partial final line is cut; the file must hold as many lines as
     its last line's sequence number and that line must be, byte for byte, the store's record at
@@ -227,47 +243,68 @@ def export_session(root: str, session: str, fetch: Fetch, marks: ExportMarks | N
     marks = marks if marks is not None else ExportMarks()
     if not is_valid_session_id(session):
         raise ValueError("invalid session id")
-    root_fd = open_root_for_writing(root)
+    if agent and not is_valid_agent_id(agent):
+        raise ValueError("invalid agent id")
+    top_fd = open_root_for_writing(root)
+    root_fd = top_fd
+    where = session
     try:
-        name = transcript_file_name(session)
-        fd = os.open(name, _WRITE_FLAGS, 0o600, dir_fd=root_fd)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ValueError("the transcript is not a regular file")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            st = os.fstat(fd)
-            size = st.st_size
-            left = marks.files.get((root, session))
-            if left is not None and left[:3] == (st.st_ino, size, st.st_mtime_ns):
-                last: int | None = left[3]  # as this process left it: nobody wrote since
-            else:
-                last = _consistent_tail(fd, size, fetch)
-                if last is not None and _line_count(fd, st, marks, (root, session)) != last:
-                    last = None
-            if last is None:
-                marks.files.pop((root, session), None)
-                return _rebuild(root_fd, name, fetch)
-            written = False
-            while True:
-                page = fetch(last, _EXPORT_PAGE)
-                if not page:
-                    break
-                _write_all(fd, b"".join(r.line + b"\n" for r in page))
-                last = page[-1].seq
-                written = True
-                if len(page) < _EXPORT_PAGE:
-                    break  # the store's end
-            if written:
-                os.fsync(fd)
-                if size == 0:
-                    fsync_dir(root_fd)
-            now = os.fstat(fd)
-            marks.files[(root, session)] = (now.st_ino, now.st_size, now.st_mtime_ns, last)
-            return last
-        finally:
-            os.close(fd)
+        if agent:
+            agents_fd = ensure_subdir(top_fd, AGENTS_DIR)
+            try:
+                root_fd = ensure_subdir(agents_fd, session)
+            finally:
+                os.close(agents_fd)
+            where = f"{session}/{agent}"
+        return _export(root, root_fd, where, transcript_file_name(agent or session), fetch, marks)
     finally:
-        os.close(root_fd)
+        if root_fd != top_fd:
+            os.close(root_fd)
+        os.close(top_fd)
+
+
+def _export(
+    root: str, root_fd: int, where: str, name: str, fetch: Fetch, marks: ExportMarks
+) -> int:
+    """``export_session`` of the file ``name`` in the folder ``root_fd`` (``where``: the
+    session, or ``<session>/<agent>``, the key of its marks)."""
+    key = (root, where)
+    fd = os.open(name, _WRITE_FLAGS, 0o600, dir_fd=root_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("the transcript is not a regular file")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        st = os.fstat(fd)
+        size = st.st_size
+        left = marks.files.get(key)
+        if left is not None and left[:3] == (st.st_ino, size, st.st_mtime_ns):
+            last: int | None = left[3]  # as this process left it: nobody wrote since
+        else:
+            last = _consistent_tail(fd, size, fetch)
+            if last is not None and _line_count(fd, st, marks, key) != last:
+                last = None
+        if last is None:
+            marks.files.pop(key, None)
+            return _rebuild(root_fd, name, fetch)
+        written = False
+        while True:
+            page = fetch(last, _EXPORT_PAGE)
+            if not page:
+                break
+            _write_all(fd, b"".join(r.line + b"\n" for r in page))
+            last = page[-1].seq
+            written = True
+            if len(page) < _EXPORT_PAGE:
+                break  # the store's end
+        if written:
+            os.fsync(fd)
+            if size == 0:
+                fsync_dir(root_fd)
+        now = os.fstat(fd)
+        marks.files[key] = (now.st_ino, now.st_size, now.st_mtime_ns, last)
+        return last
+    finally:
+        os.close(fd)
 
 
 def _consistent_tail(fd: int, size: int, fetch: Fetch) -> int | None:

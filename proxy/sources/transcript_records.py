@@ -25,21 +25,24 @@ def record_bytes(recorded: RecordedEvent) -> bytes:
     {"schema_version", "sequence", "recorded_at", "session_id", "event_id", "type", "role",
      "content"}
 
-    ``type`` is ``message``, ``answer``, or ``answer.incomplete`` for a cut answer.
+    ``type`` is ``message``, ``answer``, or ``answer.incomplete`` for a cut answer. An agent's
+    event has ``"agent_id"`` right after ``session_id``; the main conversation's records are as
+    they were before agents (their digests, and the pointers naming them, unchanged).
     """
     event = recorded.event
-    return orjson.dumps(
-        {
-            "schema_version": SCHEMA_VERSION,
-            "sequence": recorded.seq,
-            "recorded_at": event.recorded_at,
-            "session_id": recorded.session,
-            "event_id": event.event_id,
-            "type": event.type if event.complete else f"{event.type}.incomplete",
-            "role": event.role,
-            "content": event.content,
-        }
-    )
+    record: dict[str, object] = {
+        "schema_version": SCHEMA_VERSION,
+        "sequence": recorded.seq,
+        "recorded_at": event.recorded_at,
+        "session_id": recorded.session,
+    }
+    if recorded.agent:
+        record["agent_id"] = recorded.agent
+    record["event_id"] = event.event_id
+    record["type"] = event.type if event.complete else f"{event.type}.incomplete"
+    record["role"] = event.role
+    record["content"] = event.content
+    return orjson.dumps(record)
 
 
 def record_sha256(recorded: RecordedEvent) -> str:

@@ -13,8 +13,9 @@ connection or a backend's exceptions. Errors::
     └── ManifestConflict        a different manifest already stored under the compaction id
     InvalidWrite (ValueError)   from proxy.core.durable: field-named errors, nothing written (422)
 
-Transcripts: per (tenant, session), events get sequence numbers 1, 2, 3... with no gap and no
-duplicate, even with concurrent appenders in several processes. An append also records the
+Transcripts: per conversation (tenant, session and agent: ``agent=""`` is the session's main
+conversation, see ``proxy.store.agents``), events get sequence numbers 1, 2, 3... with no gap and
+no duplicate, even with concurrent appenders in several processes. An append also records the
 session's *prefix*: how many of the conversation's messages are recorded so far and their rolling
 hash (whatever the caller uses, e.g. ``proxy.core.compaction.plan.prefix_hashes``), so the next
 request can tell which of its messages are new. Every stored event keeps the prefix recorded with
@@ -38,12 +39,18 @@ from proxy.core.durable import (
     InvalidWrite,
     check_timestamp,
 )
-from proxy.core.pointers import TranscriptPointer, format_pointer, is_valid_session_id
+from proxy.core.pointers import (
+    TranscriptPointer,
+    format_pointer,
+    is_valid_agent_id,
+    is_valid_session_id,
+)
 
 if TYPE_CHECKING:
     from datetime import datetime
 
     from proxy.core.ledger import LedgerEntry
+    from proxy.store.agents import AgentRecord
     from proxy.store.transcript_keys import KeyedEvent, Recorded
     from proxy.store.usage import UsageGroup, UsageQuery, UsageRow
 
@@ -137,11 +144,13 @@ class RecordedEvent:
     event: TranscriptEvent
     prefix_count: int  # the prefix recorded with this event's batch
     prefix_hash: str
+    agent: str = ""  # "": the session's main conversation
 
     @property
     def pointer(self) -> str:
-        """``transcript:<session>:<seq>``."""
-        return format_pointer(TranscriptPointer(self.session, self.seq))
+        """``transcript:<session>:<seq>`` (``transcript:<session>:<agent>:<seq>`` for an
+        agent's event)."""
+        return format_pointer(TranscriptPointer(self.session, self.seq, self.agent))
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,10 +236,29 @@ class Store(Protocol):
         ...
 
     async def transcript_events(
-        self, tenant: str, session: str, after_seq: int = 0, limit: int = DEFAULT_EVENT_LIMIT
+        self,
+        tenant: str,
+        session: str,
+        after_seq: int = 0,
+        limit: int = DEFAULT_EVENT_LIMIT,
+        *,
+        agent: str = "",
     ) -> tuple[RecordedEvent, ...]: ...
 
-    async def recorded_prefix(self, tenant: str, session: str) -> Prefix: ...
+    async def recorded_prefix(self, tenant: str, session: str, *, agent: str = "") -> Prefix: ...
+
+    async def transcript_seqs(
+        self, tenant: str, session: str, keys: Sequence[str], *, agent: str = ""
+    ) -> dict[str, int]:
+        """The sequence number of each of ``keys`` (``record_transcript``'s idempotency keys)
+        the conversation's transcript holds; keys it does not hold are absent."""
+        ...
+
+    async def session_agents(self, tenant: str, session: str) -> tuple[AgentRecord, ...]:
+        """The session's conversations: its main one first (agent ``""``; absent for an unknown
+        session), then the agents recorded in it (``record_transcript`` with an ``agent``), first
+        seen first, with their parents and their transcripts' sizes."""
+        ...
 
     async def put_manifest(
         self, tenant: str, compaction_id: str, session: str, manifest_json: str
@@ -275,16 +303,25 @@ class Store(Protocol):
         ...
 
     async def record_transcript(
-        self, tenant: str, session: str, events: Sequence[KeyedEvent], prefix: Prefix
+        self,
+        tenant: str,
+        session: str,
+        events: Sequence[KeyedEvent],
+        prefix: Prefix,
+        *,
+        agent: str = "",
+        parent: str = "",
     ) -> Recorded:
-        """Append, atomically and in order, the events whose key the session does not hold
-        yet (``proxy.store.transcript_keys``), and record ``prefix`` as the session's prefix."""
+        """Append, atomically and in order, the events whose key the conversation does not
+        hold yet (``proxy.store.transcript_keys``), and record ``prefix`` as its prefix. An
+        ``agent``'s conversation is noted in the session's agents (``parent``: the agent that
+        spawned it, ``""`` the main conversation; the first one recorded stands)."""
         ...
 
     async def transcript_keys_held(
-        self, tenant: str, session: str, keys: Sequence[str]
+        self, tenant: str, session: str, keys: Sequence[str], *, agent: str = ""
     ) -> frozenset[str]:
-        """Which of ``keys`` the session's transcript holds."""
+        """Which of ``keys`` the conversation's transcript holds."""
         ...
 
     async def put_calibration(self, tenant: str, model: str, ratio: float) -> None:
@@ -334,8 +371,9 @@ class Store(Protocol):
 # -- checks shared by backends (pure) ----------------------------------------------------------
 
 
-def check_keys(tenant: object, session: object | None = None) -> None:
-    """Raise ``InvalidWrite`` unless the tenant (and session id) are usable keys."""
+def check_keys(tenant: object, session: object | None = None, agent: object = "") -> None:
+    """Raise ``InvalidWrite`` unless the tenant (and session id, and agent id: ``""`` for the
+    session's main conversation) are usable keys."""
     errors: list[FieldError] = []
     if (
         not isinstance(tenant, str)
@@ -346,6 +384,8 @@ def check_keys(tenant: object, session: object | None = None) -> None:
         errors.append(FieldError("tenant", "expected a non-empty tenant id without spaces"))
     if session is not None and not is_valid_session_id(session):
         errors.append(FieldError("session", "not a valid session id"))
+    if agent != "" and not is_valid_agent_id(agent):
+        errors.append(FieldError("agent", "not a valid agent id"))
     if errors:
         raise InvalidWrite(errors)
 

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from proxy.store import retention, source_schema, transcript_keys
+from proxy.store import agents, retention, source_schema, transcript_keys
 from proxy.store.base import StoreError
 from proxy.store.usage import SQLITE_STATEMENTS as USAGE_SQLITE
 from proxy.store.usage import USAGE_MIGRATION
@@ -137,6 +137,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(*USAGE_MIGRATION, USAGE_SQLITE),
     Migration(source_schema.VERSION, source_schema.MIGRATION_NAME, source_schema.SQLITE_STATEMENTS),
     Migration(7, retention.MIGRATION_NAME, retention.SQLITE_MIGRATION_STATEMENTS),
+    Migration(agents.VERSION, agents.MIGRATION_NAME, agents.SQLITE_STATEMENTS),
 )
 
 

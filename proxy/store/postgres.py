@@ -50,7 +50,8 @@ from proxy.core.durable import (
     apply,
     prepare_changes,
 )
-from proxy.store import retention, source_schema, transcript_keys
+from proxy.store import agents, retention, source_schema, transcript_keys
+from proxy.store.agents import AgentRecord, pg_agents, pg_note_agent
 from proxy.store.base import (
     DEFAULT_EVENT_LIMIT,
     DEFAULT_PLAN_LIMIT,
@@ -89,6 +90,7 @@ from proxy.store.transcript_keys import (
     check_keys_list,
     pg_existing,
     pg_record,
+    pg_seqs,
 )
 from proxy.store.usage import PG_STATEMENTS as USAGE_PG
 from proxy.store.usage import USAGE_MIGRATION, PostgresUsage
@@ -224,6 +226,7 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
     USAGE_MIGRATION[0]: USAGE_PG,
     source_schema.VERSION: source_schema.PG_STATEMENTS,
     7: retention.PG_MIGRATION_STATEMENTS,
+    agents.VERSION: agents.PG_STATEMENTS,
 }
 
 
@@ -331,7 +334,7 @@ async def _history_rows(
     ]
 
 
-def _event_from_row(session: str, row: Any) -> RecordedEvent:
+def _event_from_row(session: str, row: Any, agent: str = "") -> RecordedEvent:
     event = TranscriptEvent(
         str(row["event_id"]),
         str(row["recorded_at"]),
@@ -341,7 +344,7 @@ def _event_from_row(session: str, row: Any) -> RecordedEvent:
         bool(row["complete"]),
     )
     return RecordedEvent(
-        session, int(row["seq"]), event, int(row["prefix_count"]), str(row["prefix_hash"])
+        session, int(row["seq"]), event, int(row["prefix_count"]), str(row["prefix_hash"]), agent
     )
 
 
@@ -546,7 +549,7 @@ class PostgresStore(PostgresUsage):
                 await _touch_session(conn, tenant, session, now_iso())  # the session's lock
                 head = await conn.fetchrow(
                     "SELECT last_seq, prefix_count, prefix_hash FROM transcript_heads"
-                    " WHERE tenant = $1 AND session = $2",
+                    " WHERE tenant = $1 AND session = $2 AND agent = ''",
                     tenant,
                     session,
                 )
@@ -586,9 +589,9 @@ class PostgresStore(PostgresUsage):
                         "an event id is already recorded in this session"
                     ) from None
                 await conn.execute(
-                    "INSERT INTO transcript_heads (tenant, session, last_seq, prefix_count,"
-                    " prefix_hash) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, session)"
-                    " DO UPDATE SET last_seq = excluded.last_seq,"
+                    "INSERT INTO transcript_heads (tenant, session, agent, last_seq, prefix_count,"
+                    " prefix_hash) VALUES ($1, $2, '', $3, $4, $5)"
+                    " ON CONFLICT (tenant, session, agent) DO UPDATE SET last_seq = excluded.last_seq,"
                     " prefix_count = excluded.prefix_count, prefix_hash = excluded.prefix_hash",
                     tenant,
                     session,
@@ -601,9 +604,17 @@ class PostgresStore(PostgresUsage):
         return await self._run(job)
 
     async def record_transcript(
-        self, tenant: str, session: str, events: Sequence[KeyedEvent], prefix: Prefix
+        self,
+        tenant: str,
+        session: str,
+        events: Sequence[KeyedEvent],
+        prefix: Prefix,
+        *,
+        agent: str = "",
+        parent: str = "",
     ) -> Recorded:
-        check_keys(tenant, session)
+        check_keys(tenant, session, agent)
+        check_keys(tenant, None, parent)
         check_prefix(prefix.count, prefix.hash)
         if prefix.count > MAX_BIGINT:
             raise InvalidWrite([FieldError("prefix_count", "too large")])
@@ -621,27 +632,57 @@ class PostgresStore(PostgresUsage):
 
         async def job(conn: Any) -> Recorded:
             async with conn.transaction():
-                await _touch_session(conn, tenant, session, now_iso())  # the session's lock
-                return await pg_record(conn, tenant, session, events, contents, prefix)
+                now = now_iso()
+                await _touch_session(conn, tenant, session, now)  # the session's lock
+                recorded = await pg_record(conn, tenant, session, events, contents, prefix, agent)
+                if agent:
+                    await pg_note_agent(conn, tenant, session, agent, parent, now)
+                return recorded
 
         return await self._run(job)
 
     async def transcript_keys_held(
-        self, tenant: str, session: str, keys: Sequence[str]
+        self, tenant: str, session: str, keys: Sequence[str], *, agent: str = ""
     ) -> frozenset[str]:
-        check_keys(tenant, session)
+        check_keys(tenant, session, agent)
         keys = tuple(keys)
         check_keys_list(keys)
 
         async def job(conn: Any) -> frozenset[str]:
-            return frozenset(await pg_existing(conn, tenant, session, keys))
+            return frozenset(await pg_existing(conn, tenant, session, agent, keys))
+
+        return await self._run(job)
+
+    async def transcript_seqs(
+        self, tenant: str, session: str, keys: Sequence[str], *, agent: str = ""
+    ) -> dict[str, int]:
+        check_keys(tenant, session, agent)
+        keys = tuple(keys)
+        check_keys_list(keys)
+
+        async def job(conn: Any) -> dict[str, int]:
+            return await pg_seqs(conn, tenant, session, agent, keys)
+
+        return await self._run(job)
+
+    async def session_agents(self, tenant: str, session: str) -> tuple[AgentRecord, ...]:
+        check_keys(tenant, session)
+
+        async def job(conn: Any) -> tuple[AgentRecord, ...]:
+            return await pg_agents(conn, tenant, session)
 
         return await self._run(job)
 
     async def transcript_events(
-        self, tenant: str, session: str, after_seq: int = 0, limit: int = DEFAULT_EVENT_LIMIT
+        self,
+        tenant: str,
+        session: str,
+        after_seq: int = 0,
+        limit: int = DEFAULT_EVENT_LIMIT,
+        *,
+        agent: str = "",
     ) -> tuple[RecordedEvent, ...]:
-        check_keys(tenant, session)
+        check_keys(tenant, session, agent)
         errors: list[FieldError] = []
         if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
             errors.append(FieldError("after_seq", "expected an integer >= 0"))
@@ -660,25 +701,27 @@ class PostgresStore(PostgresUsage):
             rows = await conn.fetch(
                 "SELECT seq, event_id, recorded_at, type, role, content, complete, prefix_count,"
                 " prefix_hash FROM transcript_events WHERE tenant = $1 AND session = $2"
-                " AND seq > $3 ORDER BY seq LIMIT $4",
+                " AND agent = $3 AND seq > $4 ORDER BY seq LIMIT $5",
                 tenant,
                 session,
+                agent,
                 after_seq,
                 limit,
             )
-            return tuple(_event_from_row(session, row) for row in rows)
+            return tuple(_event_from_row(session, row, agent) for row in rows)
 
         return await self._run(job)
 
-    async def recorded_prefix(self, tenant: str, session: str) -> Prefix:
-        check_keys(tenant, session)
+    async def recorded_prefix(self, tenant: str, session: str, *, agent: str = "") -> Prefix:
+        check_keys(tenant, session, agent)
 
         async def job(conn: Any) -> Prefix:
             row = await conn.fetchrow(
                 "SELECT prefix_count, prefix_hash FROM transcript_heads"
-                " WHERE tenant = $1 AND session = $2",
+                " WHERE tenant = $1 AND session = $2 AND agent = $3",
                 tenant,
                 session,
+                agent,
             )
             if row is None:
                 return EMPTY_PREFIX

@@ -45,6 +45,7 @@ from proxy.core.durable import (
     apply,
     prepare_changes,
 )
+from proxy.store.agents import AgentRecord, sqlite_agents, sqlite_note_agent
 from proxy.store.base import (
     DEFAULT_EVENT_LIMIT,
     DEFAULT_PLAN_LIMIT,
@@ -82,6 +83,7 @@ from proxy.store.transcript_keys import (
     check_keys_list,
     sqlite_existing,
     sqlite_record,
+    sqlite_seqs,
 )
 from proxy.store.usage import SQLiteUsage
 
@@ -149,12 +151,12 @@ def _history_rows(
     return [(seq, at, decode_change(version, body)) for seq, at, version, body in rows]
 
 
-def _event_from_row(session: str, row: tuple[Any, ...]) -> RecordedEvent:
+def _event_from_row(session: str, row: tuple[Any, ...], agent: str = "") -> RecordedEvent:
     seq, event_id, recorded_at, type_, role, content, complete, prefix_count, prefix_hash = row
     event = TranscriptEvent(
         event_id, recorded_at, type_, role, orjson.loads(content), bool(complete)
     )
-    return RecordedEvent(session, seq, event, prefix_count, prefix_hash)
+    return RecordedEvent(session, seq, event, prefix_count, prefix_hash, agent)
 
 
 class SQLiteStore(SQLiteUsage):
@@ -363,7 +365,7 @@ class SQLiteStore(SQLiteUsage):
             with _immediate(conn):
                 head = conn.execute(
                     "SELECT last_seq, prefix_count, prefix_hash FROM transcript_heads"
-                    " WHERE tenant = ? AND session = ?",
+                    " WHERE tenant = ? AND session = ? AND agent = ''",
                     (tenant, session),
                 ).fetchone()
                 last_seq, current = (
@@ -398,10 +400,10 @@ class SQLiteStore(SQLiteUsage):
                         "an event id is already recorded in this session"
                     ) from None
                 conn.execute(
-                    "INSERT INTO transcript_heads (tenant, session, last_seq, prefix_count,"
-                    " prefix_hash) VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, session) DO UPDATE"
-                    " SET last_seq = excluded.last_seq, prefix_count = excluded.prefix_count,"
-                    " prefix_hash = excluded.prefix_hash",
+                    "INSERT INTO transcript_heads (tenant, session, agent, last_seq, prefix_count,"
+                    " prefix_hash) VALUES (?, ?, '', ?, ?, ?) ON CONFLICT (tenant, session, agent)"
+                    " DO UPDATE SET last_seq = excluded.last_seq,"
+                    " prefix_count = excluded.prefix_count, prefix_hash = excluded.prefix_hash",
                     (tenant, session, last_seq + len(events), prefix_count, prefix_hash),
                 )
                 _touch_session(conn, tenant, session, now_iso())
@@ -410,9 +412,17 @@ class SQLiteStore(SQLiteUsage):
         return await self._run(job)
 
     async def record_transcript(
-        self, tenant: str, session: str, events: Sequence[KeyedEvent], prefix: Prefix
+        self,
+        tenant: str,
+        session: str,
+        events: Sequence[KeyedEvent],
+        prefix: Prefix,
+        *,
+        agent: str = "",
+        parent: str = "",
     ) -> Recorded:
-        check_keys(tenant, session)
+        check_keys(tenant, session, agent)
+        check_keys(tenant, None, parent)
         check_prefix(prefix.count, prefix.hash)
         events = tuple(events)
         check_keys_list(k.key for k in events)
@@ -420,28 +430,49 @@ class SQLiteStore(SQLiteUsage):
 
         def job(conn: sqlite3.Connection) -> Recorded:
             with _immediate(conn):
-                recorded = sqlite_record(conn, tenant, session, events, contents, prefix)
-                _touch_session(conn, tenant, session, now_iso())
+                recorded = sqlite_record(conn, tenant, session, events, contents, prefix, agent)
+                now = now_iso()
+                _touch_session(conn, tenant, session, now)
+                if agent:
+                    sqlite_note_agent(conn, tenant, session, agent, parent, now)
             return recorded
 
         return await self._run(job)
 
     async def transcript_keys_held(
-        self, tenant: str, session: str, keys: Sequence[str]
+        self, tenant: str, session: str, keys: Sequence[str], *, agent: str = ""
     ) -> frozenset[str]:
-        check_keys(tenant, session)
+        check_keys(tenant, session, agent)
         keys = tuple(keys)
         check_keys_list(keys)
 
         def job(conn: sqlite3.Connection) -> frozenset[str]:
-            return frozenset(sqlite_existing(conn, tenant, session, keys))
+            return frozenset(sqlite_existing(conn, tenant, session, agent, keys))
 
         return await self._run(job)
 
-    async def transcript_events(
-        self, tenant: str, session: str, after_seq: int = 0, limit: int = DEFAULT_EVENT_LIMIT
-    ) -> tuple[RecordedEvent, ...]:
+    async def transcript_seqs(
+        self, tenant: str, session: str, keys: Sequence[str], *, agent: str = ""
+    ) -> dict[str, int]:
+        check_keys(tenant, session, agent)
+        keys = tuple(keys)
+        check_keys_list(keys)
+        return await self._read(lambda conn: sqlite_seqs(conn, tenant, session, agent, keys))
+
+    async def session_agents(self, tenant: str, session: str) -> tuple[AgentRecord, ...]:
         check_keys(tenant, session)
+        return await self._read(lambda conn: sqlite_agents(conn, tenant, session))
+
+    async def transcript_events(
+        self,
+        tenant: str,
+        session: str,
+        after_seq: int = 0,
+        limit: int = DEFAULT_EVENT_LIMIT,
+        *,
+        agent: str = "",
+    ) -> tuple[RecordedEvent, ...]:
+        check_keys(tenant, session, agent)
         errors: list[FieldError] = []
         if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
             errors.append(FieldError("after_seq", "expected an integer >= 0"))
@@ -457,22 +488,22 @@ class SQLiteStore(SQLiteUsage):
         def job(conn: sqlite3.Connection) -> tuple[RecordedEvent, ...]:
             rows = conn.execute(
                 "SELECT seq, event_id, recorded_at, type, role, content, complete, prefix_count,"
-                " prefix_hash FROM transcript_events WHERE tenant = ? AND session = ? AND seq > ?"
-                " ORDER BY seq LIMIT ?",
-                (tenant, session, after_seq, limit),
+                " prefix_hash FROM transcript_events WHERE tenant = ? AND session = ?"
+                " AND agent = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (tenant, session, agent, after_seq, limit),
             ).fetchall()
-            return tuple(_event_from_row(session, row) for row in rows)
+            return tuple(_event_from_row(session, row, agent) for row in rows)
 
         return await self._read(job)
 
-    async def recorded_prefix(self, tenant: str, session: str) -> Prefix:
-        check_keys(tenant, session)
+    async def recorded_prefix(self, tenant: str, session: str, *, agent: str = "") -> Prefix:
+        check_keys(tenant, session, agent)
 
         def job(conn: sqlite3.Connection) -> Prefix:
             row = conn.execute(
                 "SELECT prefix_count, prefix_hash FROM transcript_heads"
-                " WHERE tenant = ? AND session = ?",
-                (tenant, session),
+                " WHERE tenant = ? AND session = ? AND agent = ?",
+                (tenant, session, agent),
             ).fetchone()
             return EMPTY_PREFIX if row is None else Prefix(*row)
 

@@ -1,4 +1,5 @@
-"""Exactly-once transcript appends: every event carries an idempotency key, unique per session.
+"""Exactly-once transcript appends: every event carries an idempotency key, unique per
+conversation (a session's main conversation or one of its agents', ``proxy.store.agents``).
 
 ``record_transcript`` appends, under the session's lock, only the events whose key the session
 does not hold yet (nor an earlier event of the same batch), gives them the next sequence numbers
@@ -31,8 +32,10 @@ __all__ = [
     "check_keys_list",
     "pg_existing",
     "pg_record",
+    "pg_seqs",
     "sqlite_existing",
     "sqlite_record",
+    "sqlite_seqs",
 ]
 
 MAX_KEY_CHARS = 200
@@ -91,12 +94,19 @@ def _new(events: Sequence[KeyedEvent], held: set[str]) -> list[int]:
 
 
 def _row(
-    tenant: str, session: str, seq: int, keyed: KeyedEvent, content: bytes, prefix: Prefix
+    tenant: str,
+    session: str,
+    agent: str,
+    seq: int,
+    keyed: KeyedEvent,
+    content: bytes,
+    prefix: Prefix,
 ) -> tuple[Any, ...]:
     e = keyed.event
     return (
         tenant,
         session,
+        agent,
         seq,
         e.event_id,
         e.recorded_at,
@@ -113,21 +123,28 @@ def _row(
 # -- SQLite (inside the caller's BEGIN IMMEDIATE) ----------------------------------------------
 
 
-def sqlite_existing(
-    conn: sqlite3.Connection, tenant: str, session: str, keys: Sequence[str]
-) -> set[str]:
-    held: set[str] = set()
+def sqlite_seqs(
+    conn: sqlite3.Connection, tenant: str, session: str, agent: str, keys: Sequence[str]
+) -> dict[str, int]:
+    """The sequence number of each of ``keys`` the conversation holds."""
+    found: dict[str, int] = {}
     unique = list(dict.fromkeys(keys))
     for start in range(0, len(unique), _CHUNK):
         part = unique[start : start + _CHUNK]
         marks = ",".join("?" * len(part))
         rows = conn.execute(
-            "SELECT event_key FROM transcript_events WHERE tenant = ? AND session = ?"
-            f" AND event_key IN ({marks})",
-            (tenant, session, *part),
+            "SELECT event_key, seq FROM transcript_events WHERE tenant = ? AND session = ?"
+            f" AND agent = ? AND event_key IN ({marks})",
+            (tenant, session, agent, *part),
         ).fetchall()
-        held.update(str(r[0]) for r in rows)
-    return held
+        found.update((str(r[0]), int(r[1])) for r in rows)
+    return found
+
+
+def sqlite_existing(
+    conn: sqlite3.Connection, tenant: str, session: str, agent: str, keys: Sequence[str]
+) -> set[str]:
+    return set(sqlite_seqs(conn, tenant, session, agent, keys))
 
 
 def sqlite_record(
@@ -137,31 +154,32 @@ def sqlite_record(
     events: Sequence[KeyedEvent],
     contents: Sequence[bytes],
     prefix: Prefix,
+    agent: str = "",
 ) -> Recorded:
     head = conn.execute(
-        "SELECT last_seq FROM transcript_heads WHERE tenant = ? AND session = ?",
-        (tenant, session),
+        "SELECT last_seq FROM transcript_heads WHERE tenant = ? AND session = ? AND agent = ?",
+        (tenant, session, agent),
     ).fetchone()
     last_seq = 0 if head is None else int(head[0])
-    todo = _new(events, sqlite_existing(conn, tenant, session, [k.key for k in events]))
+    todo = _new(events, sqlite_existing(conn, tenant, session, agent, [k.key for k in events]))
     rows = [
-        _row(tenant, session, last_seq + n, events[i], contents[i], prefix)
+        _row(tenant, session, agent, last_seq + n, events[i], contents[i], prefix)
         for n, i in enumerate(todo, 1)
     ]
     if rows:
         conn.executemany(
-            "INSERT INTO transcript_events (tenant, session, seq, event_id, recorded_at, type,"
-            " role, content, complete, prefix_count, prefix_hash, event_key)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(*r[:8], int(r[8]), *r[9:]) for r in rows],
+            "INSERT INTO transcript_events (tenant, session, agent, seq, event_id, recorded_at,"
+            " type, role, content, complete, prefix_count, prefix_hash, event_key)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(*r[:9], int(r[9]), *r[10:]) for r in rows],
         )
     last = last_seq + len(rows)
     conn.execute(
-        "INSERT INTO transcript_heads (tenant, session, last_seq, prefix_count, prefix_hash)"
-        " VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, session) DO UPDATE"
+        "INSERT INTO transcript_heads (tenant, session, agent, last_seq, prefix_count,"
+        " prefix_hash) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, session, agent) DO UPDATE"
         " SET last_seq = excluded.last_seq, prefix_count = excluded.prefix_count,"
         " prefix_hash = excluded.prefix_hash",
-        (tenant, session, last, prefix.count, prefix.hash),
+        (tenant, session, agent, last, prefix.count, prefix.hash),
     )
     return Recorded(tuple(last_seq + n for n in range(1, len(rows) + 1)), last)
 
@@ -169,15 +187,25 @@ def sqlite_record(
 # -- PostgreSQL (inside the caller's transaction, the session's row locked) ----------------------
 
 
-async def pg_existing(conn: Any, tenant: str, session: str, keys: Sequence[str]) -> set[str]:
+async def pg_seqs(
+    conn: Any, tenant: str, session: str, agent: str, keys: Sequence[str]
+) -> dict[str, int]:
+    """The sequence number of each of ``keys`` the conversation holds."""
     rows = await conn.fetch(
-        "SELECT event_key FROM transcript_events WHERE tenant = $1 AND session = $2"
-        " AND event_key = ANY($3::text[])",
+        "SELECT event_key, seq FROM transcript_events WHERE tenant = $1 AND session = $2"
+        " AND agent = $3 AND event_key = ANY($4::text[])",
         tenant,
         session,
+        agent,
         list(dict.fromkeys(keys)),
     )
-    return {str(r["event_key"]) for r in rows}
+    return {str(r["event_key"]): int(r["seq"]) for r in rows}
+
+
+async def pg_existing(
+    conn: Any, tenant: str, session: str, agent: str, keys: Sequence[str]
+) -> set[str]:
+    return set(await pg_seqs(conn, tenant, session, agent, keys))
 
 
 async def pg_record(
@@ -187,33 +215,37 @@ async def pg_record(
     events: Sequence[KeyedEvent],
     contents: Sequence[bytes],
     prefix: Prefix,
+    agent: str = "",
 ) -> Recorded:
     head = await conn.fetchrow(
-        "SELECT last_seq FROM transcript_heads WHERE tenant = $1 AND session = $2",
+        "SELECT last_seq FROM transcript_heads WHERE tenant = $1 AND session = $2"
+        " AND agent = $3",
         tenant,
         session,
+        agent,
     )
     last_seq = 0 if head is None else int(head["last_seq"])
-    todo = _new(events, await pg_existing(conn, tenant, session, [k.key for k in events]))
+    todo = _new(events, await pg_existing(conn, tenant, session, agent, [k.key for k in events]))
     rows = [
-        _row(tenant, session, last_seq + n, events[i], contents[i], prefix)
+        _row(tenant, session, agent, last_seq + n, events[i], contents[i], prefix)
         for n, i in enumerate(todo, 1)
     ]
     if rows:
         await conn.executemany(
-            "INSERT INTO transcript_events (tenant, session, seq, event_id, recorded_at, type,"
-            " role, content, complete, prefix_count, prefix_hash, event_key)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            "INSERT INTO transcript_events (tenant, session, agent, seq, event_id, recorded_at,"
+            " type, role, content, complete, prefix_count, prefix_hash, event_key)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
             rows,
         )
     last = last_seq + len(rows)
     await conn.execute(
-        "INSERT INTO transcript_heads (tenant, session, last_seq, prefix_count, prefix_hash)"
-        " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, session) DO UPDATE"
-        " SET last_seq = excluded.last_seq, prefix_count = excluded.prefix_count,"
+        "INSERT INTO transcript_heads (tenant, session, agent, last_seq, prefix_count,"
+        " prefix_hash) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, session, agent)"
+        " DO UPDATE SET last_seq = excluded.last_seq, prefix_count = excluded.prefix_count,"
         " prefix_hash = excluded.prefix_hash",
         tenant,
         session,
+        agent,
         last,
         prefix.count,
         prefix.hash,

@@ -150,14 +150,45 @@ def test_usage_is_summed_over_rounds() -> None:
 # -- the bridge's transcript range ----------------------------------------------------------------
 
 
+def _named(session: str, pairs: dict[int, int], agent: str = "") -> TranscriptNaming:
+    return TranscriptNaming(session, agent, tuple(sorted(pairs.items())))
+
+
 def test_the_range_names_the_removed_messages_and_extends_a_previous_one() -> None:
-    naming = TranscriptNaming("s1", 1)
+    naming = _named("s1", {i: i + 1 for i in range(20)})
     assert naming.range_of((), None) is None
-    assert naming.range_of((3, 4, 5, 8), None) == TranscriptRange("s1", 4, 9)
+    # message i is the event the transcript gave it: 3, 4, 5 -> 4..6 and 8 -> 9, two runs
+    assert naming.range_of((3, 4, 5, 8), None) == TranscriptRange("s1", 4, 6, "", ((9, 9),))
     previous = Bridge("old summary", (), TranscriptRange("s1", 2, 9))
-    assert naming.range_of((10, 11), previous) == TranscriptRange("s1", 2, 12)
+    assert naming.range_of((9, 10, 11), previous) == TranscriptRange("s1", 2, 12)
     other = Bridge("old", (), TranscriptRange("s2", 1, 3))
     assert naming.range_of((10, 11), other) == TranscriptRange("s1", 11, 12)
+    # another conversation of the same session is another transcript: never extended by it
+    agents = Bridge("old", (), TranscriptRange("s1", 1, 3, "a1"))
+    assert naming.range_of((10, 11), agents) == TranscriptRange("s1", 11, 12)
+
+
+def test_messages_the_transcript_does_not_hold_are_not_named() -> None:
+    # an interleaved side request took events 5 and 6: the removed messages are 1-4 and 7-9
+    naming = _named("s1", {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 9}, "a7")
+    named = naming.range_of((1, 2, 3, 4, 5, 6, 7), None)
+    assert named == TranscriptRange("s1", 2, 4, "a7", ((7, 9),))
+    assert named is not None and named.covers(3) and not named.covers(5) and not named.covers(6)
+    text = named.text()
+    assert "transcript:s1:a7:2 to transcript:s1:a7:4; transcript:s1:a7:7 to transcript:s1:a7:9." in text
+    assert "this agent's transcript" in text
+    assert _named("s1", {}).range_of((1, 2), None) is None
+
+
+def test_a_bridge_names_at_most_max_runs_joining_the_closest() -> None:
+    from proxy.core.compaction.bridge import MAX_RUNS
+
+    # every other event is another request's: one run per message, twice as many as allowed
+    naming = _named("s1", {i: 2 * i + 1 for i in range(2 * MAX_RUNS)})
+    named = naming.range_of(range(2 * MAX_RUNS), None)
+    assert named is not None and len(named.runs) == MAX_RUNS
+    assert named.first == 1 and named.runs[-1][1] == 4 * MAX_RUNS - 1
+    assert all(named.covers(2 * i + 1) for i in range(2 * MAX_RUNS))
 
 
 def test_a_bridge_with_a_range_ends_with_its_pointers_and_round_trips() -> None:
@@ -176,9 +207,31 @@ def test_a_bridge_with_a_range_ends_with_its_pointers_and_round_trips() -> None:
     assert "transcript:s1:3. The" in only.messages()[1]["content"][0]["text"]
 
 
+def test_an_agents_or_interleaved_range_round_trips_and_the_main_one_keeps_its_bytes() -> None:
+    many = TranscriptRange("s1", 2, 4, "", ((7, 9),))
+    agent = TranscriptRange("s1", 2, 4, "a1")
+    for named in (many, agent):
+        data = orjson.loads(orjson.dumps(Bridge("s", (), named).to_json()))
+        assert isinstance(data["transcript"], dict)
+        assert Bridge.from_json(data).transcript == named
+    assert Bridge("s", (), TranscriptRange("s1", 2, 4)).to_json()["transcript"] == ["s1", 2, 4]
+
+
 @pytest.mark.parametrize(
     "bad",
-    [["s1", 0, 3], ["s1", 4, 3], ["s1", 1], [1, 1, 2], "s1:1:2", ["s1", True, 2]],
+    [
+        ["s1", 0, 3],
+        ["s1", 4, 3],
+        ["s1", 1],
+        [1, 1, 2],
+        "s1:1:2",
+        ["s1", True, 2],
+        {"session": "s1", "agent": "a", "runs": []},
+        {"session": "s1", "agent": "a", "runs": [[3, 2]]},
+        {"session": "s1", "agent": "a", "runs": [[1, 4], [3, 5]]},
+        {"session": "s1", "runs": [[1, 2]]},
+        {"session": 1, "agent": "", "runs": [[1, 2]]},
+    ],
 )
 def test_a_malformed_stored_range_is_refused(bad: Any) -> None:
     with pytest.raises(ValueError):

@@ -90,6 +90,7 @@ async def test_schema_migrations_table(pg_store: PostgresStore, pg_url: str) -> 
         "manifests",
         "plans",
         "schema_migrations",
+        "session_agents",
         "sessions",
         "source_audit",
         "summaries",

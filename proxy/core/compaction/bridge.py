@@ -33,6 +33,7 @@ __all__ = [
     "ASSISTANT_SUMMARY_TEXT",
     "ASSISTANT_TEXTS_TEXT",
     "CARRIED_HEADER",
+    "MAX_RUNS",
     "SUMMARY_HEADER",
     "Bridge",
     "TranscriptNaming",
@@ -57,45 +58,126 @@ ASSISTANT_POINTERS_TEXT = (
 )
 
 
+# A bridge names at most this many runs of events: a conversation whose transcript interleaves
+# with another's (Claude Code's side requests share its main conversation's identity) could
+# otherwise need one run per turn. Beyond it, the runs closest together are joined: the joined
+# gap's events are of the same conversation (tenant, session, agent), never another's.
+MAX_RUNS = 16
+
+
+def _pointer(session: str, agent: str, seq: int) -> str:
+    return f"transcript:{session}:{agent}:{seq}" if agent else f"transcript:{session}:{seq}"
+
+
 @dataclass(frozen=True, slots=True)
 class TranscriptRange:
-    """The removed turns, named by transcript pointers: events ``first``..``last`` of the
-    session's transcript (one event per message). Written as the bridge's last text block."""
+    """The removed turns, named by transcript pointers: runs of events ``first``..``last`` (then
+    ``more``) of one conversation's transcript (``agent`` ``""``: the session's main
+    conversation), one event per message. Written as the bridge's last text block."""
 
     session: str
     first: int
     last: int
+    agent: str = ""
+    more: tuple[tuple[int, int], ...] = ()  # further runs, in order, after ``first..last``
+
+    @property
+    def runs(self) -> tuple[tuple[int, int], ...]:
+        return ((self.first, self.last), *self.more)
+
+    def covers(self, seq: int) -> bool:
+        return any(first <= seq <= last for first, last in self.runs)
 
     def text(self) -> str:
-        first = f"transcript:{self.session}:{self.first}"
-        last = f"transcript:{self.session}:{self.last}"
-        span = first if self.first == self.last else f"{first} to {last}"
+        spans = []
+        for first, last in self.runs:
+            a, b = _pointer(self.session, self.agent, first), _pointer(self.session, self.agent, last)
+            spans.append(a if first == last else f"{a} to {b}")
+        where = "this session's transcript" if not self.agent else "this agent's transcript"
+        joined = "; ".join(spans)
         return (
-            "[context-proxy: the compacted turns are kept verbatim in this session's transcript,"
-            f" one event per message: {span}. The context_proxy_retrieve tool reads one by its"
+            f"[context-proxy: the compacted turns are kept verbatim in {where},"
+            f" one event per message: {joined}. The context_proxy_retrieve tool reads one by its"
             " pointer.]"
         )
+
+    def to_json(self) -> list[Any] | dict[str, Any]:
+        # the main conversation's one run keeps the form plans had before agents (same bytes)
+        if not self.agent and not self.more:
+            return [self.session, self.first, self.last]
+        return {"session": self.session, "agent": self.agent, "runs": [list(r) for r in self.runs]}
+
+    @staticmethod
+    def from_json(data: Any) -> TranscriptRange:
+        if isinstance(data, list):
+            if (
+                len(data) != 3
+                or not isinstance(data[0], str)
+                or not all(type(n) is int and n >= 1 for n in data[1:])
+                or data[1] > data[2]
+            ):
+                raise ValueError("bridge transcript must be [session, first, last]")
+            return TranscriptRange(data[0], data[1], data[2])
+        if not isinstance(data, dict):
+            raise ValueError("bridge transcript must be a list or an object")
+        session, agent, runs = data.get("session"), data.get("agent"), data.get("runs")
+        if not isinstance(session, str) or not isinstance(agent, str) or not isinstance(runs, list):
+            raise ValueError("bridge transcript must name a session, an agent and runs")
+        checked: list[tuple[int, int]] = []
+        for run in runs:
+            if (
+                not isinstance(run, list)
+                or len(run) != 2
+                or not all(type(n) is int and n >= 1 for n in run)
+                or run[0] > run[1]
+                or (checked and run[0] <= checked[-1][1])
+            ):
+                raise ValueError("bridge transcript runs must be ordered [first, last] pairs")
+            checked.append((run[0], run[1]))
+        if not checked:
+            raise ValueError("bridge transcript must name at least one run")
+        return TranscriptRange(session, checked[0][0], checked[0][1], agent, tuple(checked[1:]))
+
+
+def _runs(spans: Sequence[tuple[int, int]], limit: int = MAX_RUNS) -> list[tuple[int, int]]:
+    """The union of the ``(first, last)`` spans as ordered runs of consecutive numbers; at most
+    ``limit`` runs (the closest neighbours joined first)."""
+    runs: list[list[int]] = []
+    for first, last in sorted(spans):
+        if runs and first <= runs[-1][1] + 1:
+            runs[-1][1] = max(runs[-1][1], last)
+        else:
+            runs.append([first, last])
+    while len(runs) > limit:
+        gap = min(range(len(runs) - 1), key=lambda i: runs[i + 1][0] - runs[i][1])
+        runs[gap][1] = runs[gap + 1][1]
+        del runs[gap + 1]
+    return [(a, b) for a, b in runs]
 
 
 @dataclass(frozen=True, slots=True)
 class TranscriptNaming:
-    """How the client's messages map to transcript events: message ``i`` is event
-    ``first_sequence + i`` of ``session`` (the edge decides whether that holds)."""
+    """Which conversation's transcript holds the client's messages (``session``, ``agent``), and
+    once looked up, the event number of each removed message (``sequences``: pairs of client
+    message index and sequence number; ``None``: not looked up yet, the pipeline asks for them
+    with ``NeedsNaming``). A message the transcript does not hold (yet) is not named."""
 
     session: str
-    first_sequence: int
+    agent: str = ""
+    sequences: tuple[tuple[int, int], ...] | None = None
 
     def range_of(self, indices: Sequence[int], previous: Bridge | None) -> TranscriptRange | None:
-        """The events of the removed messages ``indices``; a replaced bridge's range (same
-        session) extends it back, so the new bridge still names every turn removed so far."""
-        if not indices:
-            return None
-        first = self.first_sequence + min(indices)
-        last = self.first_sequence + max(indices)
+        """The events of the removed messages ``indices``; a replaced bridge's runs (same
+        conversation) are kept, so the new bridge still names every turn removed so far."""
+        known = dict(self.sequences or ())
+        spans = [(known[i], known[i]) for i in indices if i in known]
         old = previous.transcript if previous is not None else None
-        if old is not None and old.session == self.session and old.first < first:
-            first = old.first
-        return TranscriptRange(self.session, first, last)
+        if old is not None and (old.session, old.agent) == (self.session, self.agent):
+            spans.extend(old.runs)
+        if not spans:
+            return None
+        runs = _runs(spans)
+        return TranscriptRange(self.session, runs[0][0], runs[0][1], self.agent, tuple(runs[1:]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +216,7 @@ class Bridge:
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"summary": self.summary, "carried": list(self.carried)}
         if self.transcript is not None:  # absent otherwise: older plans keep their bytes
-            t = self.transcript
-            data["transcript"] = [t.session, t.first, t.last]
+            data["transcript"] = self.transcript.to_json()
         return data
 
     @staticmethod
@@ -149,15 +230,7 @@ class Bridge:
         transcript = data.get("transcript")
         if transcript is None:
             return Bridge(summary, tuple(carried))
-        if (
-            not isinstance(transcript, list)
-            or len(transcript) != 3
-            or not isinstance(transcript[0], str)
-            or not all(type(n) is int and n >= 1 for n in transcript[1:])
-            or transcript[1] > transcript[2]
-        ):
-            raise ValueError("bridge transcript must be [session, first, last]")
-        return Bridge(summary, tuple(carried), TranscriptRange(*transcript))
+        return Bridge(summary, tuple(carried), TranscriptRange.from_json(transcript))
 
 
 def cut_middle(text: str, tokens: int, keep_tokens: int, what: str = "text") -> str:

@@ -1,12 +1,17 @@
 """The entry point: ``compact`` -> (``Done`` | ``NeedsSummary`` -> ``step`` ...).
 
 Sans-I/O in steps, because L4 needs model calls that only the edge can make (one, or a bounded
-chain of them when what is removed is over the summariser's input budget)::
+chain of them when what is removed is over the summariser's input budget), and naming the removed
+turns needs the transcript's event numbers, which only the store knows::
 
     outcome = compact(request, policy, counter, plans, tenant)
-    while isinstance(outcome, NeedsSummary):
-        text = await call_the_model(outcome.summary_request)   # None on any failure
-        outcome = step(outcome.continuation, text)
+    while not isinstance(outcome, Done):
+        if isinstance(outcome, NeedsNaming):       # only with request.transcript not looked up
+            seqs = await store_lookup(outcome.keys)  # event key -> sequence number
+            outcome = named(outcome.continuation, outcome.sequences(seqs))
+        else:
+            text = await call_the_model(outcome.summary_request)   # None on any failure
+            outcome = step(outcome.continuation, text)
     result = outcome.result
 
 (``run_compaction`` does exactly that with a callable.) Order of work:
@@ -30,7 +35,7 @@ cache and the token counter are the only state touched (memos).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -69,6 +74,7 @@ from proxy.core.compaction.view import (
     materialize,
     role_of,
 )
+from proxy.core.event_keys import message_key
 from proxy.core.protocol import validate_messages
 from proxy.core.tokens import Canonical, RequestCount, TokenCounter
 
@@ -78,9 +84,11 @@ __all__ = [
     "CompactionResult",
     "Continuation",
     "Done",
+    "NeedsNaming",
     "NeedsSummary",
     "compact",
     "finish",
+    "named",
     "run_compaction",
     "step",
 ]
@@ -179,7 +187,22 @@ class NeedsSummary:
     continuation: Continuation
 
 
-CompactionOutcome = Done | NeedsSummary
+@dataclass(frozen=True, slots=True)
+class NeedsNaming:
+    """The removed messages (client indices) and their transcript event keys
+    (``proxy.core.event_keys``): the edge looks up which sequence numbers the conversation's
+    transcript gave them, and continues with ``named``."""
+
+    indices: tuple[int, ...]
+    keys: tuple[str, ...]  # one per index
+    continuation: Continuation
+
+    def sequences(self, found: Mapping[str, int]) -> dict[int, int]:
+        """``found`` (event key -> sequence number, as the store answered) by message index."""
+        return {i: found[k] for i, k in zip(self.indices, self.keys, strict=True) if k in found}
+
+
+CompactionOutcome = Done | NeedsSummary | NeedsNaming
 
 
 def _unchanged(run: _Run) -> CompactionResult:
@@ -500,21 +523,47 @@ def compact(
     if any(isinstance(r, Truncated) for r in records):
         applied.insert(0, "truncate")
     if region is not None:
-        if policy.summarize and ctx.calibrated_total(region.kept_tokens) <= policy.hard_limit:
-            chain = plan_summary(
-                region.previous,
-                [(e.origin, e.message) for e in region.removed if e.origin is not None],
-                policy,
-                ctx.text_tokens,
-            )
-            return NeedsSummary(
-                summary_request(chain.text(0, None), policy, request.model),
-                Continuation(run, region, tuple(records), tuple(applied), chain),
-            )
-        # no summary call for a view that would be refused anyway (over the hard limit even
-        # with the summary): the pruned view, which is smaller, is all there is
-        return Done(_pruned(run, region, records, applied, "skipped"))
+        continuation = Continuation(run, region, tuple(records), tuple(applied))
+        naming = request.transcript
+        if naming is not None and naming.sequences is None:
+            indices = tuple(region.message_indices)
+            keys = tuple(message_key(i, messages[i], hashes) for i in indices)
+            return NeedsNaming(indices, keys, continuation)
+        return _after_region(continuation)
     return Done(_finalize(run, entries, records, applied, "skipped", None))
+
+
+def _after_region(continuation: Continuation) -> CompactionOutcome:
+    """What follows once the region to remove is chosen (and its turns named): the summary
+    call, or the pruned view."""
+    run, region = continuation.run, continuation.region
+    policy, ctx = run.policy, run.ctx
+    if policy.summarize and ctx.calibrated_total(region.kept_tokens) <= policy.hard_limit:
+        chain = plan_summary(
+            region.previous,
+            [(e.origin, e.message) for e in region.removed if e.origin is not None],
+            policy,
+            ctx.text_tokens,
+        )
+        return NeedsSummary(
+            summary_request(chain.text(0, None), policy, run.request.model),
+            replace(continuation, summary=chain),
+        )
+    # no summary call for a view that would be refused anyway (over the hard limit even
+    # with the summary): the pruned view, which is smaller, is all there is
+    return Done(_pruned(run, region, continuation.records, continuation.applied, "skipped"))
+
+
+def named(continuation: Continuation, sequences: Mapping[int, int]) -> CompactionOutcome:
+    """Continue a ``NeedsNaming`` with the sequence numbers found (by message index; a message
+    the transcript does not hold is left out, and not named)."""
+    run = continuation.run
+    naming = run.request.transcript
+    if naming is None:
+        return _after_region(continuation)
+    resolved = replace(naming, sequences=tuple(sorted(sequences.items())))
+    run = replace(run, request=replace(run.request, transcript=resolved))
+    return _after_region(replace(continuation, run=run))
 
 
 def _removed_range(run: _Run, region: Region) -> TranscriptRange | None:
@@ -614,7 +663,10 @@ async def run_compaction(
     ``summarize`` returns ``None`` (or empty text) on failure; exceptions it raises propagate.
     """
     outcome = compact(request, policy, counter, plans, tenant)
-    while isinstance(outcome, NeedsSummary):
+    while not isinstance(outcome, Done):
+        if isinstance(outcome, NeedsNaming):  # offline: nothing is recorded, nothing named
+            outcome = named(outcome.continuation, {})
+            continue
         text = await summarize(outcome.summary_request)
         outcome = step(outcome.continuation, text)
     return outcome.result
