@@ -29,7 +29,12 @@ from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import SourceResolver
 from proxy.sources.sigv4 import Credentials
 from proxy.store import Store, open_store
-from proxy.store.source_records import AuditQuery, get_artifact_manifest, list_audit, put_artifact_manifest
+from proxy.store.source_records import (
+    AuditQuery,
+    get_artifact_manifest,
+    list_audit,
+    put_artifact_manifest,
+)
 from tests.pg_server import fresh_schema
 from tests.s3_server import BUCKET, REGION, S3Server, start_s3_server
 
@@ -107,7 +112,9 @@ class CountingS3:
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> CountingS3:
-        self._session = aiohttp.ClientSession(auto_decompress=False, skip_auto_headers=("User-Agent",))
+        self._session = aiohttp.ClientSession(
+            auto_decompress=False, skip_auto_headers=("User-Agent",)
+        )
         session = self._session
 
         async def forward(request: web.Request) -> web.Response:
@@ -122,7 +129,8 @@ class CountingS3:
                 data=body if body else None, allow_redirects=False,
             ) as answer:
                 payload = await answer.read()
-                kept = {k: answer.headers[k] for k in ("ETag", "Content-Type") if k in answer.headers}
+                names = ("ETag", "Content-Type")
+                kept = {k: answer.headers[k] for k in names if k in answer.headers}
                 return web.Response(status=answer.status, body=payload, headers=kept)
 
         app = web.Application(client_max_size=1 << 24)
@@ -172,14 +180,16 @@ async def set_column(store_url: str, column: str, value: Any) -> None:
     if store_url.startswith("sqlite:///"):
         db = sqlite3.connect(store_url.removeprefix("sqlite:///"))
         try:
-            assert db.execute(f"UPDATE artifact_manifests SET {column} = ? WHERE {where}", (value,)).rowcount == 1
+            sql = f"UPDATE artifact_manifests SET {column} = ? WHERE {where}"
+            assert db.execute(sql, (value,)).rowcount == 1
             db.commit()
         finally:
             db.close()
         return
     conn = await asyncpg.connect(store_url)
     try:
-        assert await conn.execute(f"UPDATE artifact_manifests SET {column} = $1 WHERE {where}", value) == "UPDATE 1"
+        sql = f"UPDATE artifact_manifests SET {column} = $1 WHERE {where}"
+        assert await conn.execute(sql, value) == "UPDATE 1"
     finally:
         await conn.close()
 
@@ -210,7 +220,10 @@ async def test_an_edit_after_a_warm_check_is_corrupt(
     again = await checks.resolve_many("acme", policy, [POINTER])
     assert again[0].status == "corrupt"  # and a corrupt answer is never cached as available
     assert await details(checks) == [
-        ("available", ""), ("available", "cached"), ("corrupt", edit.detail), ("corrupt", edit.detail),
+        ("available", ""),
+        ("available", "cached"),
+        ("corrupt", edit.detail),
+        ("corrupt", edit.detail),
     ]
 
 
@@ -280,7 +293,8 @@ async def test_a_local_artifact_with_a_warm_resolver_rechecks_its_row(
     included); the row is read and verified whole on every check. A row moved away (tenant,
     session, name changed) leaves the artifact without an entry: ``available``, audited
     ``unsigned``, as for an artifact written before signing was enabled (README)."""
-    policy = SourcePolicy(frozenset({"artifact"}), ("*",), None, str(tmp_path / "artifacts"), None, KEYS)
+    root = str(tmp_path / "artifacts")
+    policy = SourcePolicy(frozenset({"artifact"}), ("*",), None, root, None, KEYS)
     await checks.write_artifacts("acme", policy, "s1", [("r1.txt", DATA)])
     for _ in range(2):
         assert (await checks.resolve_many("acme", policy, [POINTER]))[0].status == "available"
