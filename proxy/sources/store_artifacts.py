@@ -20,8 +20,10 @@ A store outage (timeout, refused connection, 5xx) renders ``missing`` with detai
 ``unavailable`` in the audit trail, as an unreachable local root does, and is never cached.
 
 Cache: a verified result is kept under (tenant, settings, signing keys, pointer, excerpt) with the
-object's ETag and the entry's signature; a warm check is a HEAD (same ETag) and the entry read
-(same signature): no GET, no hashing.
+object's ETag and the *whole* manifest entry it was verified against; a warm check is a HEAD
+(same ETag) and the entry read (equal in every field): no GET, no hashing. Any other entry, or
+none, sends the check back to the object (GET, hash, full verification), so an entry edited
+after a warm check is ``corrupt`` just as the same edit made before any check.
 """
 
 from __future__ import annotations
@@ -64,6 +66,15 @@ class Checked:
     detail: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class _Verified:
+    """A cached ``available``: the object's ETag and the entry (every field) it was checked with."""
+
+    etag: str
+    entry: ManifestEntry
+    resolution: Resolution
+
+
 def _excerpt(data: bytes, max_chars: int) -> str:
     head = data[: 4 * max_chars]
     return codecs.getincrementaldecoder("utf-8")("replace").decode(head, final=False)[:max_chars]
@@ -86,7 +97,7 @@ class StoreArtifacts:
         self._write_manifest = write_manifest
         self._max_excerpt_chars = max_excerpt_chars
         self._cache_entries = cache_entries
-        self._cache: OrderedDict[Hashable, tuple[str, str, Resolution]] = OrderedDict()
+        self._cache: OrderedDict[Hashable, _Verified] = OrderedDict()
         self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
         self.gets = 0
         self.heads = 0
@@ -114,12 +125,20 @@ class StoreArtifacts:
         cache_key = (tenant, settings, signing, pointer, excerpt)
         cached = self._cache.get(cache_key)
         async with self._semaphore(tenant, settings):
-            if cached is not None and entry is not None and cached[1] == entry.signature:
+            # The cached answer stands only for the very entry it was verified with: equal in
+            # every field (dataclass equality: tenant, session, name, size, sha256, written_at,
+            # key_id, signature, and any field added later). With the same signing keys (in the
+            # cache key) and the same object (ETag), the cold path would see the same inputs and
+            # give the same answer. Not "the signature column is unchanged": the other columns
+            # can change beside it. Not "the HMAC verifies": an earlier entry of this name,
+            # signed with the tenant's own key and put back, verifies too but describes other
+            # bytes, and on this path the bytes are not read. Any other entry goes to the object.
+            if cached is not None and entry is not None and entry == cached.entry:
                 self.heads += 1
                 head = await self.client.get(settings, key, head=True)
-                if head.status == "found" and head.etag is not None and head.etag == cached[0]:
+                if head.status == "found" and head.etag is not None and head.etag == cached.etag:
                     self._cache.move_to_end(cache_key)
-                    return Checked(cached[2], "cached")
+                    return Checked(cached.resolution, "cached")
                 if head.status != "found":
                     return self._refused(head)
             self.gets += 1
@@ -128,7 +147,7 @@ class StoreArtifacts:
             return self._refused(fetched)
         checked = self._verify(tenant, pointer, fetched.data, entry, signing, excerpt)
         if checked.resolution.status == "available" and fetched.etag and entry is not None:
-            self._cache[cache_key] = (fetched.etag, entry.signature, checked.resolution)
+            self._cache[cache_key] = _Verified(fetched.etag, entry, checked.resolution)
             self._cache.move_to_end(cache_key)
             while len(self._cache) > self._cache_entries:
                 self._cache.popitem(last=False)
