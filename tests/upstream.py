@@ -6,7 +6,8 @@ a message (JSON or SSE, per the request's ``stream``), ``{"input_tokens": N}`` f
 a model list for ``/v1/models``.
 
 Script entries: :class:`Reply` (JSON or any bytes, status, headers, optional delay and gzip),
-:class:`Stream` (SSE events with pacing, optionally cut after N events or mid-event),
+:class:`Stream` (SSE events with pacing, optionally cut after N events or mid-event, or held
+before an event until the test releases it),
 :class:`Reset` (connection closed before any header), :class:`Hang` (never answers).
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import gzip as gzip_module
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,6 +171,9 @@ class Stream:
     cut_after: int | None = None  # abort the connection after this many events
     cut_mid_event: bool = False  # ... and first write half of the next event
     delay: float = 0.0  # before the response headers
+    # event index -> an Event awaited before that event is written: the stream stops there
+    # until the test sets it (on the servers' loop: ``loop.call_soon_threadsafe(event.set)``)
+    hold: Mapping[int, asyncio.Event] = field(default_factory=dict)
 
 
 @dataclass
@@ -318,6 +322,8 @@ class FakeUpstream:
         )
         await response.prepare(request)
         for i, event in enumerate(entry.events):
+            if i in entry.hold:
+                await entry.hold[i].wait()
             if entry.cut_after is not None and i >= entry.cut_after:
                 if entry.cut_mid_event:
                     await response.write(event[: len(event) // 2])

@@ -2,11 +2,12 @@
 
 The SDK cost ~56 MB of RSS and ~1.8 s of start-up for one POST. This client sends
 ``POST {base}/v1/messages`` with the request's own credentials (``x-api-key`` and/or
-``Authorization``, exactly as the client request goes upstream), ``anthropic-version`` and a JSON
-body; each attempt is bounded by ``summary.timeout_seconds``; ``summary.max_retries`` retries
-follow the SDK's rules (:func:`should_retry`, :func:`retry_delay`): connection errors, timeouts,
-408/409/429/5xx, ``x-should-retry: true|false`` obeyed, ``retry-after-ms`` / ``retry-after``
-honoured when short, otherwise 0.5 s doubling up to 8 s, less up to 25 % jitter.
+``Authorization``, exactly as the client request goes upstream, and its
+``anthropic-workspace-id``), ``anthropic-version`` and a JSON body; each attempt is bounded by
+``summary.timeout_seconds``; ``summary.max_retries`` retries follow the SDK's rules
+(:func:`should_retry`, :func:`retry_delay`): connection errors, timeouts, 408/409/429/5xx,
+``x-should-retry: true|false`` obeyed, ``retry-after-ms`` / ``retry-after`` honoured when short,
+otherwise 0.5 s doubling up to 8 s, less up to 25 % jitter.
 
 Each attempt is a ledger row (``kind: summary``, route ``summary``) when the task runs in a
 :data:`proxy.server.ledger.CALL_CONTEXT`: its status, usage and request-id, or 504 (timeout) /
@@ -69,12 +70,15 @@ def should_retry(status: int, headers: Mapping[str, str]) -> bool:
 
 def summary_auth_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The credentials the request itself goes upstream with (the tenant's policy applied):
-    its ``Authorization`` and/or ``X-Api-Key``, and nothing else."""
+    its ``Authorization`` and/or ``X-Api-Key``, and the ``anthropic-workspace-id`` they are
+    scoped to (Claude Platform on AWS requires it on every call); nothing else."""
     auth: dict[str, str] = {}
     if "authorization" in headers:
         auth["Authorization"] = headers["authorization"]
     if "x-api-key" in headers:
         auth["X-Api-Key"] = headers["x-api-key"]
+    if "anthropic-workspace-id" in headers:
+        auth["anthropic-workspace-id"] = headers["anthropic-workspace-id"]
     return auth
 
 
