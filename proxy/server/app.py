@@ -379,10 +379,11 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             request_id = upstream.headers.get("request-id")
             if retrieval is not None and retrieval.continuations:
                 call.record_rounds(
-                    upstream.status, retrieval.round_usages(), retrieval.continuations, request_id
+                    upstream.status, retrieval.round_usages(), retrieval.continuations, request_id,
+                    notes=tap.notes,
                 )
             else:
-                call.record(upstream.status, tap.usage, request_id)
+                call.record(upstream.status, tap.usage, request_id, notes=tap.notes)
     if outcome.completed and outcome.status == 200 and (retrieval is None or not retrieval.rounds):
         service.observe(prepared.calibration_key, prepared.estimate, tap.input_tokens)
     # Learnt once the answer is out: where this body's messages end, and their digests, serve

@@ -20,6 +20,7 @@ from proxy.store import retention, source_schema, transcript_keys
 from proxy.store.base import StoreError
 from proxy.store.usage import SQLITE_STATEMENTS as USAGE_SQLITE
 from proxy.store.usage import USAGE_MIGRATION
+from proxy.store.usage_schema import PROVIDER_MIGRATION, PROVIDER_SQLITE_STATEMENTS
 
 __all__ = ["MIGRATIONS", "Migration", "SchemaTooNew", "migrate"]
 
@@ -137,6 +138,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(*USAGE_MIGRATION, USAGE_SQLITE),
     Migration(source_schema.VERSION, source_schema.MIGRATION_NAME, source_schema.SQLITE_STATEMENTS),
     Migration(7, retention.MIGRATION_NAME, retention.SQLITE_MIGRATION_STATEMENTS),
+    Migration(*PROVIDER_MIGRATION, PROVIDER_SQLITE_STATEMENTS),
 )
 
 

@@ -92,6 +92,7 @@ from proxy.store.transcript_keys import (
 )
 from proxy.store.usage import PG_STATEMENTS as USAGE_PG
 from proxy.store.usage import USAGE_MIGRATION, PostgresUsage
+from proxy.store.usage_schema import PROVIDER_MIGRATION, PROVIDER_PG_STATEMENTS
 
 __all__ = [
     "PG_MIGRATIONS",
@@ -224,6 +225,7 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
     USAGE_MIGRATION[0]: USAGE_PG,
     source_schema.VERSION: source_schema.PG_STATEMENTS,
     7: retention.PG_MIGRATION_STATEMENTS,
+    PROVIDER_MIGRATION[0]: PROVIDER_PG_STATEMENTS,
 }
 
 
