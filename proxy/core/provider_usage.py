@@ -20,7 +20,7 @@ So a call is billed (:func:`billing`), figure by figure, for
 which is the sum of every entry when the provider lists its message entries (every token once:
 never the top-level figures *and* the message entry that repeats them), and still counts the
 top-level figures when a list holds only compaction entries. Without ``iterations`` (or with a
-list holding no entry object) the top-level figures are billed, as before.
+list holding no entry that reports a figure) the top-level figures are billed, as before.
 
 Limit: an entry that names another model (an advisor, a fallback hop) is priced at the call's
 model, like the rest of the call (the ledger prices per row).
@@ -152,10 +152,11 @@ class Billing:
 
 
 def _entries(raw: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    """The iterations that report at least one figure (None: no such entry)."""
     iterations = raw.get("iterations")
     if not isinstance(iterations, list):
         return None
-    entries = [e for e in iterations if isinstance(e, Mapping)]
+    entries = [e for e in iterations if isinstance(e, Mapping) and usage_from(e) is not None]
     return entries or None
 
 
@@ -211,7 +212,8 @@ def billing(raw: object) -> Billing:
     others = [usage_from(e) for e in entries if e.get("type") != COMPACTION]
     sampled = _sum(others) if others else (top or Usage())
     compacted = _sum(compaction)
-    total = _sum((sampled, compacted))
-    if total == Usage():  # entries without a single figure: nothing reported
-        return Billing(top, None, len(compaction))
-    return Billing(_counted(total), _counted(compacted) if compaction else None, len(compaction))
+    return Billing(
+        _counted(_sum((sampled, compacted))),
+        _counted(compacted) if compaction else None,
+        len(compaction),
+    )
