@@ -1,7 +1,11 @@
 """The usage ledger's figures, each defined once (pure: no I/O, no clock).
 
-One ledger row per upstream call keeps the provider's ``usage`` exactly as returned
-(:class:`Usage`). Everything else is derived here, and only here:
+One ledger row per upstream call keeps the provider's ``usage`` exactly as returned, and the
+figures the call is billed for (:class:`Usage`): the top-level ones, or, when the provider lists
+``usage.iterations``, their sum (its own compaction is billed there and not in the top-level
+figures; :mod:`proxy.core.provider_usage` defines it), with the compaction iterations' share kept
+apart (``provider_compaction_*``). Everything else is derived here, and only here, from the
+billed figures:
 
 * **total input** = ``input_tokens + cache_read_input_tokens + cache_creation_input_tokens``
   (what the model read; a missing figure counts as 0);
@@ -26,7 +30,13 @@ One ledger row per upstream call keeps the provider's ``usage`` exactly as retur
   billed. What it leaves out: a turn that makes a new plan rewrites the cache (its cache writes
   are in the actual cost, its ``h`` is low), so savings on those turns are overstated by about
   the removed tokens x (input - read) price; later turns that reuse the plan read the compacted
-  prefix from cache and are priced right. Calls without compaction figures save 0.
+  prefix from cache and are priced right. Calls without compaction figures save 0. Total input and
+  ``h`` here are those of what the answer was sampled from: the billed figures minus the
+  provider's compaction iterations;
+* **provider compaction cost**: the compaction iterations' figures priced the same way (a share
+  of the cost, already in it);
+* **thinking blocks dropped**: the ``thinking_dropped`` entries of the answer's
+  ``input_transformations`` (:mod:`proxy.core.provider_notes`).
 
 The figures are linear in sums kept per model (:class:`Sums`), so the store aggregates in SQL
 and :func:`price_sums` prices the groups; :func:`row_figures` prices one row the same way.
@@ -39,6 +49,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
+from proxy.core.provider_notes import ProviderNotes
+from proxy.core.provider_usage import (
+    Usage,
+    billing,
+    cache_hit_ratio,
+    merge_usage,
+    total_input,
+    usage_from,
+)
+
 __all__ = [
     "DEFAULT_PRICES",
     "KINDS",
@@ -46,9 +66,12 @@ __all__ = [
     "LedgerEntry",
     "Price",
     "PriceTable",
+    "ProviderNotes",
+    "RowFigures",
     "Sums",
     "Totals",
     "Usage",
+    "billing",
     "cache_hit_ratio",
     "merge_usage",
     "price_sums",
@@ -60,103 +83,6 @@ __all__ = [
 Kind = Literal["client", "summary", "retrieval"]
 KINDS: tuple[Kind, ...] = ("client", "summary", "retrieval")
 MILLION = 1_000_000
-
-_USAGE_KEYS = (
-    "input_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-    "output_tokens",
-)
-_SPLIT_KEYS = ("ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens")
-
-
-def _count(value: object) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """The provider's usage figures as returned; ``None`` where it reported nothing."""
-
-    input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
-    cache_creation_5m: int | None = None  # cache_creation.ephemeral_5m_input_tokens
-    cache_creation_1h: int | None = None  # cache_creation.ephemeral_1h_input_tokens
-    cache_read_input_tokens: int | None = None
-    output_tokens: int | None = None
-
-    @property
-    def has_split(self) -> bool:
-        return self.cache_creation_5m is not None or self.cache_creation_1h is not None
-
-    def to_json(self) -> dict[str, Any]:
-        """The API's ``usage`` object: the provider's field names."""
-        split = (
-            {
-                "ephemeral_5m_input_tokens": self.cache_creation_5m,
-                "ephemeral_1h_input_tokens": self.cache_creation_1h,
-            }
-            if self.has_split
-            else None
-        )
-        return {
-            "input_tokens": self.input_tokens,
-            "cache_creation_input_tokens": self.cache_creation_input_tokens,
-            "cache_creation": split,
-            "cache_read_input_tokens": self.cache_read_input_tokens,
-            "output_tokens": self.output_tokens,
-        }
-
-
-def merge_usage(base: Mapping[str, Any] | None, update: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A stream's usage: ``message_start``'s, then each ``message_delta``'s non-null figures
-    (they are cumulative: the last one wins). Returns a new dict; neither argument is changed."""
-    merged: dict[str, Any] = dict(base) if isinstance(base, Mapping) else {}
-    if isinstance(update, Mapping):
-        for key, value in update.items():
-            if value is None:
-                continue
-            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-                merged[key] = merge_usage(merged[key], value)
-            else:
-                merged[key] = value
-    return merged
-
-
-def usage_from(raw: object) -> Usage | None:
-    """The figures of a provider ``usage`` object; ``None`` when it is not one."""
-    if not isinstance(raw, Mapping):
-        return None
-    split = raw.get("cache_creation")
-    split = split if isinstance(split, Mapping) else {}
-    usage = Usage(
-        input_tokens=_count(raw.get("input_tokens")),
-        cache_creation_input_tokens=_count(raw.get("cache_creation_input_tokens")),
-        cache_creation_5m=_count(split.get(_SPLIT_KEYS[0])),
-        cache_creation_1h=_count(split.get(_SPLIT_KEYS[1])),
-        cache_read_input_tokens=_count(raw.get("cache_read_input_tokens")),
-        output_tokens=_count(raw.get("output_tokens")),
-    )
-    return None if usage == Usage() else usage
-
-
-def total_input(usage: Usage | None) -> int:
-    """input + cache read + cache creation (missing figures count as 0)."""
-    if usage is None:
-        return 0
-    return (
-        (usage.input_tokens or 0)
-        + (usage.cache_read_input_tokens or 0)
-        + (usage.cache_creation_input_tokens or 0)
-    )
-
-
-def cache_hit_ratio(cache_read: int | float, total: int | float) -> float | None:
-    """cache read / total input; ``None`` when nothing was read at all."""
-    return None if total <= 0 else cache_read / total
-
 
 # -- prices ---------------------------------------------------------------------------------------
 
@@ -294,6 +220,15 @@ class Sums:
     removed_uncached: float = 0.0
     # cache creation priced at the 5m price: per row, max(0, creation - its 1h share)
     priced_5m: int = 0
+    # the provider's own compaction: its iterations (already counted in the figures above)
+    provider_compactions: int = 0
+    provider_compaction_input_tokens: int = 0
+    provider_compaction_cache_creation_input_tokens: int = 0
+    provider_compaction_cache_creation_1h_input_tokens: int = 0
+    provider_compaction_cache_read_input_tokens: int = 0
+    provider_compaction_output_tokens: int = 0
+    priced_5m_provider_compaction: int = 0
+    thinking_blocks_dropped: int = 0
 
     def __add__(self, other: Sums) -> Sums:
         return Sums(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Sums)))
@@ -312,16 +247,23 @@ def row_sums(
     plan: str | None,
     summary: str | None,
     compaction_id: str | None,
+    provider_compaction: Usage | None = None,
+    provider_compactions: int = 0,
+    thinking_blocks_dropped: int = 0,
 ) -> Sums:
-    """One row's :class:`Sums` (the store's SQL computes the same, column by column)."""
+    """One row's :class:`Sums` (the store's SQL computes the same, column by column).
+    ``usage``: the billed figures; ``provider_compaction``: their compaction iterations' share."""
     u = usage or Usage()
-    total = total_input(usage)
+    c = provider_compaction or Usage()
     read = u.cache_read_input_tokens or 0
+    # what the answer was sampled from: the billed figures minus the provider's compaction
+    sent_read = read - (c.cache_read_input_tokens or 0)
+    sent_total = total_input(usage) - total_input(provider_compaction)
     removed_read = removed_uncached = 0.0
     before, after = tokens_before or 0, tokens_after or 0
     if usage is not None and after > 0 and before > after:
-        removed_read = (before - after) * read / after
-        removed_uncached = (before - after) * (total - read) / after
+        removed_read = (before - after) * sent_read / after
+        removed_uncached = (before - after) * (sent_total - sent_read) / after
     return Sums(
         calls=1,
         client_calls=int(kind == "client"),
@@ -341,6 +283,16 @@ def row_sums(
         removed_read=removed_read,
         removed_uncached=removed_uncached,
         priced_5m=max(0, (u.cache_creation_input_tokens or 0) - (u.cache_creation_1h or 0)),
+        provider_compactions=provider_compactions,
+        provider_compaction_input_tokens=c.input_tokens or 0,
+        provider_compaction_cache_creation_input_tokens=c.cache_creation_input_tokens or 0,
+        provider_compaction_cache_creation_1h_input_tokens=c.cache_creation_1h or 0,
+        provider_compaction_cache_read_input_tokens=c.cache_read_input_tokens or 0,
+        provider_compaction_output_tokens=c.output_tokens or 0,
+        priced_5m_provider_compaction=max(
+            0, (c.cache_creation_input_tokens or 0) - (c.cache_creation_1h or 0)
+        ),
+        thinking_blocks_dropped=thinking_blocks_dropped,
     )
 
 
@@ -354,6 +306,20 @@ def cost_of(sums: Sums, price: Price) -> Cost:
         cache_write=(five_min * price.cache_write_5m + one_hour * price.cache_write_1h) / MILLION,
         cache_read=sums.cache_read_input_tokens * price.cache_read / MILLION,
         output=sums.output_tokens * price.output / MILLION,
+    )
+
+
+def provider_compaction_cost_of(sums: Sums, price: Price) -> Cost:
+    """The share of :func:`cost_of` that the provider's compaction iterations cost."""
+    return Cost(
+        input=sums.provider_compaction_input_tokens * price.input / MILLION,
+        cache_write=(
+            sums.priced_5m_provider_compaction * price.cache_write_5m
+            + sums.provider_compaction_cache_creation_1h_input_tokens * price.cache_write_1h
+        )
+        / MILLION,
+        cache_read=sums.provider_compaction_cache_read_input_tokens * price.cache_read / MILLION,
+        output=sums.provider_compaction_output_tokens * price.output / MILLION,
     )
 
 
@@ -371,6 +337,7 @@ class Totals:
     cost: Cost = Cost()
     savings: float = 0.0
     unpriced_models: tuple[str, ...] = ()
+    provider_compaction_cost: Cost = Cost()  # the share of ``cost`` the provider's compaction cost
 
     @property
     def total_input_tokens(self) -> int:
@@ -389,6 +356,7 @@ class Totals:
         out["cache_hit_ratio"] = cache_hit_ratio(s.cache_read_input_tokens, total)
         out["tokens_saved"] = s.tokens_before - s.tokens_after
         out["cost_usd"] = self.cost.to_json()
+        out["provider_compaction_cost_usd"] = self.provider_compaction_cost.to_json()
         out["savings_usd"] = self.savings
         out["unpriced_models"] = list(self.unpriced_models)
         return out
@@ -396,7 +364,7 @@ class Totals:
 
 def price_sums(by_model: Iterable[tuple[str, Sums]], prices: PriceTable) -> Totals:
     """Price groups of rows, each of one model, and add them up."""
-    sums, cost, savings = Sums(), Cost(), 0.0
+    sums, cost, compaction, savings = Sums(), Cost(), Cost(), 0.0
     unpriced: set[str] = set()
     for model, group in by_model:
         sums = sums + group
@@ -408,8 +376,9 @@ def price_sums(by_model: Iterable[tuple[str, Sums]], prices: PriceTable) -> Tota
                 unpriced.add(model)
             continue
         cost = cost + cost_of(group, price)
+        compaction = compaction + provider_compaction_cost_of(group, price)
         savings += savings_of(group, price)
-    return Totals(sums, cost, savings, tuple(sorted(unpriced)))
+    return Totals(sums, cost, savings, tuple(sorted(unpriced)), compaction)
 
 
 # -- one row --------------------------------------------------------------------------------------
@@ -435,8 +404,12 @@ class LedgerEntry:
     plan: str | None = None
     summary: str | None = None
     compaction_id: str | None = None
-    usage: Usage | None = None
+    usage: Usage | None = None  # the billed figures (provider_usage.billing)
     provider_usage: Mapping[str, Any] | None = None  # the provider's object, as returned
+    provider_compaction: Usage | None = None  # the compaction iterations' share of ``usage``
+    provider_compactions: int = 0  # how many compaction iterations
+    provider_notes: ProviderNotes | None = None
+    agent: str | None = None
 
     def sums(self) -> Sums:
         return row_sums(
@@ -448,19 +421,44 @@ class LedgerEntry:
             plan=self.plan,
             summary=self.summary,
             compaction_id=self.compaction_id,
+            provider_compaction=self.provider_compaction,
+            provider_compactions=self.provider_compactions,
+            thinking_blocks_dropped=(
+                self.provider_notes.thinking_blocks_dropped if self.provider_notes else 0
+            ),
         )
 
     def with_usage(self, raw: Mapping[str, Any] | None) -> LedgerEntry:
-        return replace(self, usage=usage_from(raw), provider_usage=raw)
+        """This row with the provider's ``usage`` object ``raw`` and what it bills."""
+        billed = billing(raw)
+        return replace(
+            self,
+            usage=billed.usage,
+            provider_usage=raw,
+            provider_compaction=billed.compaction,
+            provider_compactions=billed.compactions,
+        )
 
 
-def row_figures(entry: LedgerEntry, prices: PriceTable) -> tuple[Cost | None, float | None]:
-    """One row's cost and savings; ``(None, None)`` for a model without a price."""
+@dataclass(frozen=True, slots=True)
+class RowFigures:
+    """One row priced: ``None`` everywhere for a model without a price."""
+
+    cost: Cost | None = None
+    savings: float | None = None
+    provider_compaction_cost: Cost | None = None  # None also when the call had no compaction
+
+
+def row_figures(entry: LedgerEntry, prices: PriceTable) -> RowFigures:
+    """One row's cost, savings and provider compaction cost."""
     price = prices.price(entry.model)
     if price is None:
-        return None, None
+        return RowFigures()
     sums = entry.sums()
-    return cost_of(sums, price), savings_of(sums, price)
+    compaction = (
+        provider_compaction_cost_of(sums, price) if entry.provider_compaction is not None else None
+    )
+    return RowFigures(cost_of(sums, price), savings_of(sums, price), compaction)
 
 
 def group_by_model(rows: Sequence[tuple[str, Sums]]) -> list[tuple[str, Sums]]:

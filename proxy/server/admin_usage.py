@@ -143,8 +143,10 @@ def _prices(request: web.Request) -> PriceTable:
 def row_json(row: UsageRow, prices: PriceTable) -> dict[str, Any]:
     e = row.entry
     u = e.usage
-    cost, savings = row_figures(e, prices)
+    c = e.provider_compaction
+    figures = row_figures(e, prices)
     total = total_input(u)
+    notes = e.provider_notes
     return {
         "id": row.id,
         "at": e.at,
@@ -162,6 +164,7 @@ def row_json(row: UsageRow, prices: PriceTable) -> dict[str, Any]:
         "summary": e.summary,
         "compaction_id": e.compaction_id,
         "request_id": e.request_id,
+        "agent": e.agent,
         "input_tokens": None if u is None else u.input_tokens,
         "cache_creation_input_tokens": None if u is None else u.cache_creation_input_tokens,
         "cache_creation_5m": None if u is None else u.cache_creation_5m,
@@ -174,8 +177,26 @@ def row_json(row: UsageRow, prices: PriceTable) -> dict[str, Any]:
         "cache_hit_ratio": None if u is None else cache_hit_ratio(
             u.cache_read_input_tokens or 0, total
         ),
-        "cost_usd": None if cost is None else cost.to_json(),
-        "savings_usd": savings,
+        "cost_usd": None if figures.cost is None else figures.cost.to_json(),
+        "savings_usd": figures.savings,
+        "provider_compactions": e.provider_compactions,
+        "provider_compaction_input_tokens": None if c is None else c.input_tokens,
+        "provider_compaction_cache_creation_input_tokens": (
+            None if c is None else c.cache_creation_input_tokens
+        ),
+        "provider_compaction_cache_creation_5m": None if c is None else c.cache_creation_5m,
+        "provider_compaction_cache_creation_1h": None if c is None else c.cache_creation_1h,
+        "provider_compaction_cache_read_input_tokens": (
+            None if c is None else c.cache_read_input_tokens
+        ),
+        "provider_compaction_output_tokens": None if c is None else c.output_tokens,
+        "provider_compaction_cost_usd": (
+            None
+            if figures.provider_compaction_cost is None
+            else figures.provider_compaction_cost.to_json()
+        ),
+        "provider_notes": None if notes is None else notes.to_json(),
+        "thinking_blocks_dropped": 0 if notes is None else notes.thinking_blocks_dropped,
     }
 
 

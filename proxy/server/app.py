@@ -307,7 +307,8 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
         assert conversation is not None
         turn = durable.record_request(tenant, sources, conversation, body["messages"])
     # the calls the proxy makes for this request (summaries) are recorded as the tenant's
-    with calls_for(tenant, session, recorder):
+    agent = conversation.agent or None if conversation is not None else None
+    with calls_for(tenant, session, recorder, agent=agent):
         prepared = await service.prepare(
             request.headers,
             body,
@@ -346,7 +347,10 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             shared=shared,
         )
     before_upstream = time.perf_counter() - started
-    call = ClientCall(recorder if route == "messages" else None, tenant, session, body, prepared.headers)
+    call = ClientCall(
+        recorder if route == "messages" else None, tenant, session, body, prepared.headers,
+        agent=agent,
+    )
     try:
         upstream = await forwarder.open(
             request, route=route, data=prepared.body, decode=True, headers=headers
@@ -407,10 +411,11 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
             request_id = upstream.headers.get("request-id")
             if retrieval is not None and retrieval.continuations:
                 call.record_rounds(
-                    upstream.status, retrieval.round_usages(), retrieval.continuations, request_id
+                    upstream.status, retrieval.round_usages(), retrieval.continuations, request_id,
+                    notes=tap.notes,
                 )
             else:
-                call.record(upstream.status, tap.usage, request_id)
+                call.record(upstream.status, tap.usage, request_id, notes=tap.notes)
     if outcome.completed and outcome.status == 200 and (retrieval is None or not retrieval.rounds):
         service.observe(prepared.calibration_key, prepared.estimate, tap.input_tokens)
     # Learnt once the answer is out: where this body's messages end, and their digests, serve

@@ -30,7 +30,7 @@ from aiohttp import web
 
 from proxy.config import Config, PriceConfig
 from proxy.core.durable import InvalidWrite
-from proxy.core.ledger import Kind, LedgerEntry, Price, PriceTable, usage_from
+from proxy.core.ledger import Kind, LedgerEntry, Price, PriceTable, ProviderNotes, billing
 from proxy.server.metrics import Metrics
 from proxy.store.base import Store, StoreError
 from proxy.store.usage import check_entry
@@ -90,6 +90,7 @@ class CallContext:
     tenant: str
     session: str | None
     recorder: LedgerRecorder | None
+    agent: str | None = None
 
 
 CALL_CONTEXT: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
@@ -99,10 +100,11 @@ CALL_CONTEXT: contextvars.ContextVar[CallContext | None] = contextvars.ContextVa
 
 @contextlib.contextmanager
 def calls_for(
-    tenant: str, session: str | None, recorder: LedgerRecorder | None
+    tenant: str, session: str | None, recorder: LedgerRecorder | None, agent: str | None = None
 ) -> Iterator[None]:
-    """Within: the upstream calls the proxy makes (summaries) are the tenant's and session's."""
-    token = CALL_CONTEXT.set(CallContext(tenant, session, recorder))
+    """Within: the upstream calls the proxy makes (summaries) are the tenant's and session's (and
+    the agent's, when known)."""
+    token = CALL_CONTEXT.set(CallContext(tenant, session, recorder, agent))
     try:
         yield
     finally:
@@ -264,19 +266,26 @@ def record_upstream_call(
     plan: str | None = None,
     summary: str | None = None,
     compaction_id: str | None = None,
+    notes: ProviderNotes | None = None,
+    agent: str | None = None,
 ) -> None:
     """Record one upstream call in the ledger (queued; returns at once, never raises).
 
     ``usage`` is the provider's ``usage`` object exactly as returned (for a stream: message_start's
     merged with the last message_delta's, :func:`proxy.core.ledger.merge_usage`), ``None`` when
-    the call failed or reported none. ``started``: :func:`now_ms` taken when the call was sent
-    (default: now). For ``kind="retrieval"`` (a continuation the proxy makes itself) pass the
-    tenant and session of the client request it serves."""
+    the call failed or reported none; the row bills what it says
+    (:func:`proxy.core.provider_usage.billing`: ``usage.iterations`` summed when present).
+    ``notes``: the answer's applied edits and input transformations
+    (:attr:`proxy.server.usage.UsageTap.notes`). ``agent``: the client's agent, when known.
+    ``started``: :func:`now_ms` taken when the call was sent (default: now). For
+    ``kind="retrieval"`` (a continuation the proxy makes itself) pass the tenant and session of
+    the client request it serves."""
     if isinstance(recorder, web.Application):
         recorder = recorder.get(LEDGER)
     if recorder is None:
         return
     at, at_ms = started or now_ms()
+    billed = billing(usage)
     entry = LedgerEntry(
         at=at,
         at_ms=at_ms,
@@ -294,8 +303,12 @@ def record_upstream_call(
         plan=plan,
         summary=summary,
         compaction_id=compaction_id,
-        usage=usage_from(usage),
+        usage=billed.usage,
         provider_usage=dict(usage) if isinstance(usage, Mapping) else None,
+        provider_compaction=billed.compaction,
+        provider_compactions=billed.compactions,
+        provider_notes=notes,
+        agent=agent,
     )
     try:
         recorder.record(entry)
@@ -306,7 +319,9 @@ def record_upstream_call(
 class ClientCall:
     """The ledger row of one client call to ``/v1/messages``, once its outcome is known."""
 
-    __slots__ = ("_body", "_recorder", "_report", "_session", "_started", "_t0", "_tenant")
+    __slots__ = (
+        "_agent", "_body", "_recorder", "_report", "_session", "_started", "_t0", "_tenant",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -315,16 +330,26 @@ class ClientCall:
         session: str | None,
         body: Mapping[str, Any],
         report: Mapping[str, str],
+        *,
+        agent: str | None = None,
     ) -> None:
         self._recorder = recorder
         self._tenant = tenant
         self._session = session
+        self._agent = agent
         self._body = body
         self._report = report
         self._started = now_ms()
         self._t0 = time.perf_counter()
 
-    def record(self, status: int, usage: Mapping[str, Any] | None, request_id: str | None) -> None:
+    def record(
+        self,
+        status: int,
+        usage: Mapping[str, Any] | None,
+        request_id: str | None,
+        *,
+        notes: ProviderNotes | None = None,
+    ) -> None:
         if self._recorder is None:
             return
         report = self._report
@@ -351,6 +376,8 @@ class ClientCall:
             plan=report.get("x-compaction-plan"),
             summary=report.get("x-compaction-summary"),
             compaction_id=report.get("x-compaction-id"),
+            notes=notes,
+            agent=self._agent,
         )
 
 
@@ -360,13 +387,17 @@ class ClientCall:
         usages: Sequence[Mapping[str, Any]],
         continuations: Sequence[HiddenRound],
         request_id: str | None,
+        *,
+        notes: ProviderNotes | None = None,
     ) -> None:
         """An answer that took hidden retrieval rounds: one row per upstream call. The client's
-        own call carries round 0's usage; each continuation is a ``kind="retrieval"`` row with
-        its round's usage (``None`` when the round reported none or its call failed)."""
+        own call carries round 0's usage (and ``notes``, those of the answer the client got:
+        its first round's input transformations, its last round's applied edits); each
+        continuation is a ``kind="retrieval"`` row with its round's usage (``None`` when the
+        round reported none or its call failed)."""
         if self._recorder is None:
             return
-        self.record(status, (usages[0] or None) if usages else None, request_id)
+        self.record(status, (usages[0] or None) if usages else None, request_id, notes=notes)
         model = self._body.get("model")
         for i, hidden in enumerate(continuations, start=1):
             usage = usages[i] if i < len(usages) else None
@@ -381,6 +412,7 @@ class ClientCall:
                 latency_ms=hidden.latency_ms,
                 usage=usage or None,
                 started=(at.isoformat(timespec="milliseconds"), int(hidden.sent_at * 1000)),
+                agent=self._agent,
             )
 
 

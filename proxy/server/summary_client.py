@@ -240,6 +240,7 @@ def _record(
         usage=_usage_of(answer) if answer is not None else None,
         request_id=answer.headers.get("request-id") if answer is not None else None,
         started=at,
+        agent=context.agent,
     )
 
 

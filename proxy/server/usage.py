@@ -7,7 +7,19 @@ has only ``input_tokens``).
 
 ``usage`` is the provider's whole ``usage`` object for the usage ledger: a JSON answer's, or a
 stream's ``message_start`` usage merged with each ``message_delta``'s (cumulative figures: the
-last non-null value of each field wins, so ``output_tokens`` is the final count).
+last non-null value of each field wins, so ``output_tokens`` is the final count; a later
+``iterations`` list replaces an earlier one whole).
+
+``notes`` are what the provider says it did to the request (:mod:`proxy.core.provider_notes`):
+``context_management`` (its ``applied_edits``) and ``input_transformations``, from a JSON
+Message's top level, or from a stream's ``message_start`` message and ``message_delta`` events
+(top level; the last one present wins). The events are read as the relay writes them: nothing is
+held back.
+
+An answer whose usage lists a provider compaction iteration gives no ``input_tokens``: its
+top-level input is what the model read *after* the provider compacted, not the size of the request
+(and the compaction iteration's is the summariser's, not the request's either), so it is no
+evidence for calibrating the proxy's estimate of what it forwarded.
 """
 
 from __future__ import annotations
@@ -16,7 +28,9 @@ from typing import Any
 
 import orjson
 
-from proxy.core.ledger import merge_usage
+from proxy.core.ledger import ProviderNotes, merge_usage
+from proxy.core.provider_notes import notes_from
+from proxy.core.provider_usage import has_compaction
 
 _MESSAGE_START = b"event: message_start"
 _MESSAGE_DELTA = b"event: message_delta"
@@ -38,15 +52,39 @@ def total_input_tokens(usage: Any) -> int | None:
 class UsageTap:
     """Feed it what the relay writes; ``input_tokens`` is the provider's figure, once known."""
 
-    __slots__ = ("_body", "_done", "_limit", "_sse", "input_tokens", "usage")
+    __slots__ = (
+        "_body", "_context_management", "_done", "_input_tokens", "_limit", "_sse",
+        "_transformations", "usage",
+    )  # fmt: skip
 
     def __init__(self, *, sse: bool, limit: int = 4 * 1024 * 1024) -> None:
         self._sse = sse
         self._limit = limit
         self._body: list[bytes] = []
         self._done = False
-        self.input_tokens: int | None = None
+        self._input_tokens: int | None = None
+        self._context_management: Any = None
+        self._transformations: Any = None
         self.usage: dict[str, Any] | None = None
+
+    @property
+    def input_tokens(self) -> int | None:
+        """The provider's count of the request's input (None after a provider compaction)."""
+        return None if has_compaction(self.usage) else self._input_tokens
+
+    @property
+    def notes(self) -> ProviderNotes | None:
+        """The answer's applied edits and input transformations, bounded; None without either."""
+        return notes_from(self._context_management, self._transformations)
+
+    def _note(self, holder: Any) -> None:
+        """Keep ``holder``'s (a Message's or a message_delta's) notes, when it has them."""
+        if not isinstance(holder, dict):
+            return
+        if holder.get("context_management") is not None:
+            self._context_management = holder["context_management"]
+        if holder.get("input_transformations") is not None:
+            self._transformations = holder["input_transformations"]
 
     def feed(self, data: bytes) -> None:
         if self._sse:
@@ -67,9 +105,10 @@ class UsageTap:
                 event = _event_data(data, start)
                 message = event.get("message") if isinstance(event, dict) else None
                 usage = message.get("usage") if isinstance(message, dict) else None
-                self.input_tokens = total_input_tokens(usage)
+                self._input_tokens = total_input_tokens(usage)
                 if isinstance(usage, dict):
                     self.usage = merge_usage(self.usage, usage)
+                self._note(message)
         delta = data.find(_MESSAGE_DELTA)
         while delta >= 0:
             if delta == 0 or data[delta - 1] == 0x0A:  # a line of its own, not text in a data line
@@ -77,6 +116,7 @@ class UsageTap:
                 usage = event.get("usage") if isinstance(event, dict) else None
                 if isinstance(usage, dict):
                     self.usage = merge_usage(self.usage, usage)
+                self._note(event)
             delta = data.find(_MESSAGE_DELTA, delta + len(_MESSAGE_DELTA))
 
     def close(self) -> None:
@@ -93,11 +133,12 @@ class UsageTap:
         if not isinstance(body, dict):
             return
         if body.get("type") == "message":
-            self.input_tokens = total_input_tokens(body.get("usage"))
+            self._input_tokens = total_input_tokens(body.get("usage"))
             if isinstance(body.get("usage"), dict):
                 self.usage = body["usage"]
+            self._note(body)
         elif isinstance(body.get("input_tokens"), int) and "type" not in body:
-            self.input_tokens = body["input_tokens"]
+            self._input_tokens = body["input_tokens"]
 
 
 def _event_data(data: bytes, at: int) -> Any:

@@ -20,6 +20,7 @@ from proxy.store import agents, retention, source_schema, transcript_keys
 from proxy.store.base import StoreError
 from proxy.store.usage import SQLITE_STATEMENTS as USAGE_SQLITE
 from proxy.store.usage import USAGE_MIGRATION
+from proxy.store.usage_schema import PROVIDER_MIGRATION, PROVIDER_SQLITE_STATEMENTS
 
 __all__ = ["MIGRATIONS", "Migration", "SchemaTooNew", "migrate"]
 
@@ -138,6 +139,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(source_schema.VERSION, source_schema.MIGRATION_NAME, source_schema.SQLITE_STATEMENTS),
     Migration(7, retention.MIGRATION_NAME, retention.SQLITE_MIGRATION_STATEMENTS),
     Migration(agents.VERSION, agents.MIGRATION_NAME, agents.SQLITE_STATEMENTS),
+    Migration(*PROVIDER_MIGRATION, PROVIDER_SQLITE_STATEMENTS),
 )
 
 

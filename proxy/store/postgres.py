@@ -94,6 +94,7 @@ from proxy.store.transcript_keys import (
 )
 from proxy.store.usage import PG_STATEMENTS as USAGE_PG
 from proxy.store.usage import USAGE_MIGRATION, PostgresUsage
+from proxy.store.usage_schema import PROVIDER_MIGRATION, PROVIDER_PG_STATEMENTS
 
 __all__ = [
     "PG_MIGRATIONS",
@@ -227,6 +228,7 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
     source_schema.VERSION: source_schema.PG_STATEMENTS,
     7: retention.PG_MIGRATION_STATEMENTS,
     agents.VERSION: agents.PG_STATEMENTS,
+    PROVIDER_MIGRATION[0]: PROVIDER_PG_STATEMENTS,
 }
 
 

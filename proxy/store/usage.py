@@ -1,7 +1,9 @@
-"""The usage ledger in the store: one row per upstream call, per tenant (migration 5).
+"""The usage ledger in the store: one row per upstream call, per tenant (the table:
+:mod:`proxy.store.usage_schema`).
 
 The same SQL serves both backends (written with ``?`` placeholders; PostgreSQL gets ``$n``).
-Rows keep the provider's usage figures in columns (and its whole ``usage`` object as JSON), the
+Rows keep the billed usage figures in columns (and the provider's whole ``usage`` object as
+JSON), the provider's compaction share and notes, the
 time twice (``at``: ISO 8601 text as shown; ``at_ms``: epoch milliseconds, for ranges and
 buckets). Aggregates are computed in SQL as the additive :class:`proxy.core.ledger.Sums` per
 model (and per time bucket or session); pricing them is the core's job.
@@ -24,8 +26,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import orjson
 
 from proxy.core.durable import FieldError, InvalidWrite
-from proxy.core.ledger import KINDS, SUM_FIELDS, LedgerEntry, Sums, usage_from
+from proxy.core.ledger import KINDS, SUM_FIELDS, LedgerEntry, ProviderNotes, Sums, Usage
 from proxy.store.base import check_keys
+from proxy.store.usage_schema import COLUMNS, PG_STATEMENTS, SQLITE_STATEMENTS, USAGE_MIGRATION
 
 __all__ = [
     "MAX_USAGE_LIMIT",
@@ -43,7 +46,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-USAGE_MIGRATION = (5, "usage ledger")
 MAX_USAGE_LIMIT = 1000
 # rows of an aggregate answer (buckets x models, sessions x models); one more is returned when
 # there are more (the caller refuses the range rather than answer with part of it)
@@ -51,86 +53,37 @@ MAX_GROUPS = 100_000
 DELETE_CHUNK = 5000
 _MAX_TEXT = 1000
 
-SQLITE_STATEMENTS: tuple[str, ...] = (
-    """CREATE TABLE usage_ledger (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        tenant TEXT NOT NULL,
-        at TEXT NOT NULL,
-        at_ms INTEGER NOT NULL,
-        session TEXT,
-        model TEXT NOT NULL,
-        route TEXT NOT NULL,
-        kind TEXT NOT NULL CHECK (kind IN ('client', 'summary', 'retrieval')),
-        status INTEGER NOT NULL,
-        latency_ms REAL NOT NULL,
-        request_id TEXT,
-        tokens_before INTEGER,
-        tokens_after INTEGER,
-        layers TEXT,
-        plan TEXT,
-        summary TEXT,
-        compaction_id TEXT,
-        input_tokens INTEGER,
-        cache_creation_input_tokens INTEGER,
-        cache_creation_5m INTEGER,
-        cache_creation_1h INTEGER,
-        cache_read_input_tokens INTEGER,
-        output_tokens INTEGER,
-        usage_json TEXT
-    )""",
-    "CREATE INDEX usage_ledger_by_time ON usage_ledger (tenant, at_ms)",
-    "CREATE INDEX usage_ledger_by_session ON usage_ledger (tenant, session, at_ms)",
-    "CREATE INDEX usage_ledger_age ON usage_ledger (at_ms)",
-)
-
-PG_STATEMENTS: tuple[str, ...] = (
-    """CREATE TABLE usage_ledger (
-        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        tenant TEXT COLLATE "C" NOT NULL,
-        at TEXT NOT NULL,
-        at_ms BIGINT NOT NULL,
-        session TEXT COLLATE "C",
-        model TEXT COLLATE "C" NOT NULL,
-        route TEXT NOT NULL,
-        kind TEXT NOT NULL CHECK (kind IN ('client', 'summary', 'retrieval')),
-        status INTEGER NOT NULL,
-        latency_ms DOUBLE PRECISION NOT NULL,
-        request_id TEXT,
-        tokens_before BIGINT,
-        tokens_after BIGINT,
-        layers TEXT,
-        plan TEXT,
-        summary TEXT,
-        compaction_id TEXT,
-        input_tokens BIGINT,
-        cache_creation_input_tokens BIGINT,
-        cache_creation_5m BIGINT,
-        cache_creation_1h BIGINT,
-        cache_read_input_tokens BIGINT,
-        output_tokens BIGINT,
-        usage_json TEXT
-    )""",
-    "CREATE INDEX usage_ledger_by_time ON usage_ledger (tenant, at_ms)",
-    "CREATE INDEX usage_ledger_by_session ON usage_ledger (tenant, session, at_ms)",
-    "CREATE INDEX usage_ledger_age ON usage_ledger (at_ms)",
-)
-
-_COLUMNS = (
-    "tenant", "at", "at_ms", "session", "model", "route", "kind", "status", "latency_ms",
-    "request_id", "tokens_before", "tokens_after", "layers", "plan", "summary", "compaction_id",
-    "input_tokens", "cache_creation_input_tokens", "cache_creation_5m", "cache_creation_1h",
-    "cache_read_input_tokens", "output_tokens", "usage_json",
-)  # fmt: skip
 _INSERT = (
-    f"INSERT INTO usage_ledger ({', '.join(_COLUMNS)})"
-    f" VALUES ({', '.join('?' for _ in _COLUMNS)})"
+    f"INSERT INTO usage_ledger ({', '.join(COLUMNS)})"
+    f" VALUES ({', '.join('?' for _ in COLUMNS)})"
 )
-_SELECT = f"SELECT id, {', '.join(_COLUMNS)} FROM usage_ledger"
+_SELECT = f"SELECT id, {', '.join(COLUMNS)} FROM usage_ledger"
 
 _HAS_REMOVED = (
     "usage_json IS NOT NULL AND tokens_after > 0 AND tokens_before > tokens_after"
 )
 _REMOVED = "CAST(tokens_before - tokens_after AS DOUBLE PRECISION)"
+# what the answer was sampled from: the billed figures minus the provider's compaction iterations
+_SENT_READ = (
+    "(COALESCE(cache_read_input_tokens, 0) - COALESCE(provider_compaction_cache_read_input_tokens, 0))"
+)
+_SENT_UNCACHED = (
+    "(COALESCE(input_tokens, 0) + COALESCE(cache_creation_input_tokens, 0)"
+    " - COALESCE(provider_compaction_input_tokens, 0)"
+    " - COALESCE(provider_compaction_cache_creation_input_tokens, 0))"
+)
+
+
+def _sum(column: str) -> str:
+    return f"COALESCE(SUM({column}), 0)"
+
+
+def _priced_5m(creation: str, one_hour: str) -> str:
+    return (
+        f"COALESCE(SUM(CASE WHEN COALESCE({creation}, 0) > COALESCE({one_hour}, 0)"
+        f" THEN COALESCE({creation}, 0) - COALESCE({one_hour}, 0) ELSE 0 END), 0)"
+    )
+
 # One SQL expression per field of ``Sums``, in its order (``proxy.core.ledger.row_sums`` is the
 # same per row, in Python; a test checks they agree).
 _SUM_SQL: dict[str, str] = {
@@ -151,13 +104,26 @@ _SUM_SQL: dict[str, str] = {
     " AND compaction_id <> '' THEN 1 ELSE 0 END)",
     "summary_failures": "SUM(CASE WHEN summary = 'failed' THEN 1 ELSE 0 END)",
     "removed_read": f"COALESCE(SUM(CASE WHEN {_HAS_REMOVED} THEN {_REMOVED}"
-    " * COALESCE(cache_read_input_tokens, 0) / tokens_after ELSE 0 END), 0)",
+    f" * {_SENT_READ} / tokens_after ELSE 0 END), 0)",
     "removed_uncached": f"COALESCE(SUM(CASE WHEN {_HAS_REMOVED} THEN {_REMOVED}"
-    " * (COALESCE(input_tokens, 0) + COALESCE(cache_creation_input_tokens, 0))"
-    " / tokens_after ELSE 0 END), 0)",
-    "priced_5m": "COALESCE(SUM(CASE WHEN COALESCE(cache_creation_input_tokens, 0)"
-    " > COALESCE(cache_creation_1h, 0) THEN COALESCE(cache_creation_input_tokens, 0)"
-    " - COALESCE(cache_creation_1h, 0) ELSE 0 END), 0)",
+    f" * {_SENT_UNCACHED} / tokens_after ELSE 0 END), 0)",
+    "priced_5m": _priced_5m("cache_creation_input_tokens", "cache_creation_1h"),
+    "provider_compactions": _sum("provider_compactions"),
+    "provider_compaction_input_tokens": _sum("provider_compaction_input_tokens"),
+    "provider_compaction_cache_creation_input_tokens": _sum(
+        "provider_compaction_cache_creation_input_tokens"
+    ),
+    "provider_compaction_cache_creation_1h_input_tokens": _sum(
+        "provider_compaction_cache_creation_1h"
+    ),
+    "provider_compaction_cache_read_input_tokens": _sum(
+        "provider_compaction_cache_read_input_tokens"
+    ),
+    "provider_compaction_output_tokens": _sum("provider_compaction_output_tokens"),
+    "priced_5m_provider_compaction": _priced_5m(
+        "provider_compaction_cache_creation_input_tokens", "provider_compaction_cache_creation_1h"
+    ),
+    "thinking_blocks_dropped": _sum("thinking_blocks_dropped"),
 }
 assert tuple(_SUM_SQL) == SUM_FIELDS
 _SUMS = ", ".join(_SUM_SQL.values())
@@ -232,8 +198,15 @@ def check_entry(e: object, name: str = "entry") -> list[FieldError]:
         errors.append(FieldError(f"{name}.kind", "expected client, summary or retrieval"))
     if not isinstance(e.at_ms, int) or isinstance(e.at_ms, bool):
         errors.append(FieldError(f"{name}.at_ms", "expected epoch milliseconds"))
+    count = e.provider_compactions
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        errors.append(FieldError(f"{name}.provider_compactions", "expected a count"))
+    if e.provider_compaction is not None and not isinstance(e.provider_compaction, Usage):
+        errors.append(FieldError(f"{name}.provider_compaction", "expected usage figures"))
+    if e.provider_notes is not None and not isinstance(e.provider_notes, ProviderNotes):
+        errors.append(FieldError(f"{name}.provider_notes", "expected provider notes"))
     for field_name in ("model", "route", "layers", "plan", "summary", "compaction_id",
-                       "request_id", "at"):  # fmt: skip
+                       "request_id", "at", "agent"):  # fmt: skip
         value = getattr(e, field_name)
         if value is not None and (not isinstance(value, str) or len(value) > _MAX_TEXT):
             errors.append(FieldError(f"{name}.{field_name}", "expected short text"))
@@ -262,6 +235,30 @@ def _encodable(value: str) -> bool:
     return True
 
 
+_USAGE_COLUMNS = (
+    "input_tokens", "cache_creation_input_tokens", "cache_creation_5m", "cache_creation_1h",
+    "cache_read_input_tokens", "output_tokens",
+)  # fmt: skip
+_COMPACTION_COLUMNS = tuple(f"provider_compaction_{c}" for c in _USAGE_COLUMNS)
+
+
+def _figures(u: Usage | None) -> tuple[int | None, ...]:
+    """A usage's figures in the order of :data:`_USAGE_COLUMNS`."""
+    if u is None:
+        return (None,) * len(_USAGE_COLUMNS)
+    return (
+        u.input_tokens, u.cache_creation_input_tokens, u.cache_creation_5m, u.cache_creation_1h,
+        u.cache_read_input_tokens, u.output_tokens,
+    )  # fmt: skip
+
+
+def _json_text(value: object) -> str | None:
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # not JSON (a caller's own object, a lone surrogate): not kept
+        return None
+
+
 def _params(entries: Sequence[LedgerEntry]) -> list[tuple[Any, ...]]:
     errors = [err for i, e in enumerate(entries) for err in check_entry(e, f"entries[{i}]")]
     if errors:
@@ -271,32 +268,35 @@ def _params(entries: Sequence[LedgerEntry]) -> list[tuple[Any, ...]]:
         u = e.usage
         raw = None
         if u is not None:
-            try:
-                raw = orjson.dumps(e.provider_usage if e.provider_usage is not None else u.to_json())
-            except TypeError:
-                raw = orjson.dumps(u.to_json())
+            raw = _json_text(e.provider_usage) if e.provider_usage is not None else None
+            raw = raw or _json_text(u.to_json())
+        notes = e.provider_notes
         rows.append(
             (
                 e.tenant, e.at, e.at_ms, e.session, e.model, e.route, e.kind, int(e.status),
                 float(e.latency_ms), e.request_id, e.tokens_before, e.tokens_after, e.layers,
-                e.plan, e.summary, e.compaction_id,
-                None if u is None else u.input_tokens,
-                None if u is None else u.cache_creation_input_tokens,
-                None if u is None else u.cache_creation_5m,
-                None if u is None else u.cache_creation_1h,
-                None if u is None else u.cache_read_input_tokens,
-                None if u is None else u.output_tokens,
-                None if raw is None else raw.decode(),
+                e.plan, e.summary, e.compaction_id, *_figures(u), raw,
+                e.provider_compactions, *_figures(e.provider_compaction),
+                None if notes is None else _json_text(notes.to_json()),
+                0 if notes is None else notes.thinking_blocks_dropped,
+                e.agent,
             )
         )  # fmt: skip
     return rows
 
 
+def _usage(values: dict[str, Any], columns: tuple[str, ...]) -> Usage | None:
+    figures = [values[c] for c in columns]
+    return None if all(f is None for f in figures) else Usage(*figures)
+
+
 def _decode(row: Sequence[Any]) -> UsageRow:
-    values = dict(zip(("id", *_COLUMNS), row, strict=True))
+    """A stored row. Its figures are the columns (what the sums add up): the billed ones, or, in a
+    row written before migration 9, the top-level ones the ledger billed then."""
+    values = dict(zip(("id", *COLUMNS), row, strict=True))
     raw = values["usage_json"]
     provider = orjson.loads(raw) if raw is not None else None
-    usage = usage_from(provider) if provider is not None else None
+    notes = values["provider_notes"]
     entry = LedgerEntry(
         at=values["at"],
         at_ms=int(values["at_ms"]),
@@ -314,8 +314,14 @@ def _decode(row: Sequence[Any]) -> UsageRow:
         plan=values["plan"],
         summary=values["summary"],
         compaction_id=values["compaction_id"],
-        usage=usage,
+        usage=_usage(values, _USAGE_COLUMNS) if provider is not None else None,
         provider_usage=provider,
+        provider_compaction=_usage(values, _COMPACTION_COLUMNS),
+        provider_compactions=int(values["provider_compactions"] or 0),
+        provider_notes=None if notes is None else ProviderNotes.from_json(
+            orjson.loads(notes), int(values["thinking_blocks_dropped"] or 0)
+        ),
+        agent=values["agent"],
     )
     return UsageRow(int(values["id"]), entry)
 
