@@ -75,4 +75,5 @@ def policy_from_config(config: CompactionConfig, limits: Limits | None = None) -
         summary_input_cap=config.summary.input_budget,
         summary_max_calls=config.summary.max_calls,
         shrink_window=config.shrink_window,
+        summary_mode=config.summary.mode,
     )

@@ -196,6 +196,13 @@ class SummaryConfig:
     # a chain of at most max_calls calls (each reads the previous call's summary).
     input_budget: int = field(default=24_000, metadata=_check(_positive))
     max_calls: int = field(default=6, metadata=_check(_positive))
+    # who writes the summary: "proxy" (``model`` summarises a rendering of the removed turns) or
+    # "provider" (the provider's on-demand compaction, beta compact-2026-09-04, on the request's
+    # own model; its signed block leads the view; "proxy" is the fallback when it refuses)
+    mode: str = field(
+        default="proxy",
+        metadata=_check(lambda v: None if v in ("proxy", "provider") else '"proxy" or "provider"'),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from proxy.core.compaction import (
     named,
     step,
 )
+from proxy.core.compaction.provider import CompactionCall
 from proxy.core.compaction.view import strip_markers
 from proxy.core.protocol import validate_messages
 from proxy.core.tokens import MESSAGE_OVERHEAD, TokenCounter
@@ -537,11 +538,13 @@ def run_replay(
                     outcome = named(outcome.continuation, {})
                     continue
                 calls += 1
-                text = summariser(outcome.summary_request)
+                asked = outcome.summary_request
+                if isinstance(asked, CompactionCall):  # offline: the provider's own summary
+                    outcome = step(outcome.continuation, None)  # cannot be had: the fallback
+                    continue
+                text = summariser(asked)
                 if text is not None and text.strip():
-                    answered.update(
-                        int(x) for x in _LABEL.findall(outcome.summary_request.text)
-                    )
+                    answered.update(int(x) for x in _LABEL.findall(asked.text))
                 outcome = step(outcome.continuation, text)
             result: CompactionResult = outcome.result
             removed, summarised = _event_messages(result, answered)

@@ -14,7 +14,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,7 +38,9 @@ from proxy.core.compaction import (
     step,
 )
 from proxy.core.compaction.bridge import TranscriptNaming
-from proxy.core.compaction.digest import Resent
+from proxy.core.compaction.context import compaction_end
+from proxy.core.compaction.digest import Digests, Resent
+from proxy.core.compaction.provider import COMPACT_BETA, CompactionCall, block_of_answer
 from proxy.core.compaction.retrieval import offer_tool, plan_names_pointers
 from proxy.core.conversation import Conversation
 from proxy.core.durable import InvalidWrite
@@ -86,6 +88,22 @@ def defers_to_provider(body: Mapping[str, Any]) -> bool:
         if isinstance(kind, str) and kind.startswith(("clear_tool_uses_", "compact_")):
             return True
     return False
+
+
+def _all(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every value of a header (a multidict's repeated lines, or a plain mapping's one)."""
+    getall = getattr(headers, "getall", None)
+    if getall is not None:
+        return list(getall(name, []))
+    value = headers.get(name)
+    return [value] if value else []
+
+
+def carries_compaction(messages: Sequence[Any], made: Digests | None) -> bool:
+    """Whether the client's messages hold a provider ``compaction`` block (its own threshold or
+    on-demand compaction): found through the digests' search when they were made (a message
+    whose canonical JSON never shows ``"compaction"`` holds none), else by a walk."""
+    return compaction_end(messages, maybe=made.compaction if made is not None else None) > 0
 
 
 def _headers(
@@ -152,7 +170,7 @@ def plan_scope(tenant: str, conversation: Conversation | None) -> str:
     return f"{tenant}{SCOPE_SEPARATOR}{conversation.scope}"
 
 
-def summary_key(request: SummaryRequest, scope: str = "") -> str:
+def summary_key(request: SummaryRequest | CompactionCall, scope: str = "") -> str:
     """The store key of a summary: the same history to summarise (same prompt, model and
     rendered text) in the same conversation (``scope``: ``plan_scope`` less the tenant) is the
     same key on every replica. Each conversation has its own summaries, as it has its own
@@ -336,6 +354,12 @@ class CompactionService:
                 )
             if counting is not None:  # under the threshold whatever the count: forward now
                 return Prepared(as_sent, changed_by_edge, {}, key, None, counting=counting)
+            if carries_compaction(request.messages, made):
+                # the provider compacts this conversation itself: its signed block must reach it
+                # verbatim with everything around it, so no layer of ours touches the messages
+                self.metrics.compactions.labels("deferred").inc()
+                report = _headers(0, 0, "deferred", "none", "skipped", None)
+                return Prepared(as_sent, changed_by_edge, report, key, None)
             outcome = await self._off_loop(
                 offload, compact, request, policy, self.counter, self.plans, scope
             )
@@ -476,7 +500,7 @@ class CompactionService:
 
     async def _summary_once(
         self,
-        request: SummaryRequest,
+        request: SummaryRequest | CompactionCall,
         tenant: str,
         config: CompactionConfig,
         headers: Mapping[str, str],
@@ -524,7 +548,7 @@ class CompactionService:
 
     async def _summarize_holding(
         self,
-        request: SummaryRequest,
+        request: SummaryRequest | CompactionCall,
         headers: Mapping[str, str],
         tenant: str,
         key: str,
@@ -575,15 +599,32 @@ class CompactionService:
                     self.calibration.seed(key, stored)
         return self.calibration.ratio(key)
 
-    async def _summarize(self, request: SummaryRequest, headers: Mapping[str, str]) -> str | None:
-        """The L4 model call. Failure, timeout or an empty answer → ``None`` (keep the view)."""
+    async def _summarize(
+        self, request: SummaryRequest | CompactionCall, headers: Mapping[str, str]
+    ) -> str | None:
+        """The L4 model call. Failure, timeout or an empty answer → ``None`` (keep the view).
+        A provider compaction (``CompactionCall``) answers its block's JSON text; ``None``
+        there (refused: 400, 529 ``compaction_unavailable``; no block) falls back to the
+        proxy's own summary."""
         self.summary_calls += 1
+        auth = summary_auth_headers(headers)
+        provider = isinstance(request, CompactionCall)
+        if provider:  # the request's own betas (its 1M window...), and the compaction's
+            betas = [b.strip() for v in _all(headers, "anthropic-beta") for b in v.split(",")]
+            auth["anthropic-beta"] = ",".join([*(b for b in betas if b and b != COMPACT_BETA), COMPACT_BETA])
         try:
-            message = await self._client.create(request.body(), summary_auth_headers(headers))
+            message = await self._client.create(request.body(), auth)
         except SummaryFailed as exc:
-            log.warning("[compact] summary call failed: %s", exc.reason)
+            what = "provider compaction" if provider else "summary call"
+            log.warning("[compact] %s failed: %s", what, exc.reason)
             self.metrics.summaries.labels("failed").inc()
             return None
+        if provider:
+            block = block_of_answer(message)
+            if block is None:
+                log.warning("[compact] provider compaction answered no usable block")
+            self.metrics.summaries.labels("called" if block else "failed").inc()
+            return block
         text = "".join(
             block["text"]
             for block in message["content"]

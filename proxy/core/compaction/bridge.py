@@ -25,7 +25,7 @@ function of the summary and the carried texts, so a replay yields the same bytes
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "ASSISTANT_TEXTS_TEXT",
     "CARRIED_HEADER",
     "MAX_RUNS",
+    "PROVIDER_TEXT",
     "SUMMARY_HEADER",
     "Bridge",
     "TranscriptNaming",
@@ -52,6 +53,10 @@ ASSISTANT_TEXTS_TEXT = (
 )
 SUMMARY_HEADER = "[context-proxy summary of earlier conversation]"
 CARRIED_HEADER = "[context-proxy: the user wrote this in an earlier, compacted turn]"
+PROVIDER_TEXT = (
+    "[context-proxy] The earlier turns of this conversation were compacted by the provider into"
+    " the block above."
+)
 ASSISTANT_POINTERS_TEXT = (
     "[context-proxy] Earlier turns of this conversation were compacted to fit the context "
     "window; where they are kept follows."
@@ -183,20 +188,37 @@ class TranscriptNaming:
 @dataclass(frozen=True, slots=True)
 class Bridge:
     """What the bridge turn holds: a summary (or none), the user's texts, oldest first, and
-    the transcript pointers of the removed turns (when they can be named)."""
+    the transcript pointers of the removed turns (when they can be named). With ``compaction``
+    (the provider's signed block: ``compaction.summary.mode: provider``, see ``provider``) the
+    block is the assistant half, and the bridge comes first in the view."""
 
     summary: str | None = None
     carried: tuple[str, ...] = ()
     transcript: TranscriptRange | None = None
+    compaction: Mapping[str, Any] | None = None
 
     @property
     def empty(self) -> bool:
-        return self.summary is None and not self.carried and self.transcript is None
+        return (
+            self.summary is None
+            and not self.carried
+            and self.transcript is None
+            and self.compaction is None
+        )
 
     def messages(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The (assistant, user) pair; only for a non-empty bridge."""
         if self.empty:
             raise ValueError("an empty bridge has no messages")
+        if self.compaction is not None:
+            texts: list[dict[str, Any]] = [{"type": "text", "text": PROVIDER_TEXT}]
+            texts.extend({"type": "text", "text": f"{CARRIED_HEADER}\n{t}"} for t in self.carried)
+            if self.transcript is not None:
+                texts.append({"type": "text", "text": self.transcript.text()})
+            return (
+                {"role": "assistant", "content": [dict(self.compaction)]},
+                {"role": "user", "content": texts},
+            )
         lead = ASSISTANT_SUMMARY_TEXT if self.summary is not None else ASSISTANT_TEXTS_TEXT
         if self.summary is None and not self.carried:
             lead = ASSISTANT_POINTERS_TEXT
@@ -217,6 +239,8 @@ class Bridge:
         data: dict[str, Any] = {"summary": self.summary, "carried": list(self.carried)}
         if self.transcript is not None:  # absent otherwise: older plans keep their bytes
             data["transcript"] = self.transcript.to_json()
+        if self.compaction is not None:
+            data["compaction"] = dict(self.compaction)
         return data
 
     @staticmethod
@@ -228,9 +252,13 @@ class Bridge:
         if not isinstance(carried, list) or not all(isinstance(t, str) for t in carried):
             raise ValueError("bridge carried texts must be a list of strings")
         transcript = data.get("transcript")
-        if transcript is None:
-            return Bridge(summary, tuple(carried))
-        return Bridge(summary, tuple(carried), TranscriptRange.from_json(transcript))
+        named = None if transcript is None else TranscriptRange.from_json(transcript)
+        compaction = data.get("compaction")
+        if compaction is not None and (
+            not isinstance(compaction, dict) or compaction.get("type") != "compaction"
+        ):
+            raise ValueError("bridge compaction must be a compaction block")
+        return Bridge(summary, tuple(carried), named, compaction)
 
 
 def cut_middle(text: str, tokens: int, keep_tokens: int, what: str = "text") -> str:

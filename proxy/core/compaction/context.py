@@ -6,7 +6,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from proxy.core.compaction.policy import CompactionPolicy
-from proxy.core.compaction.view import Entry, Message, ViewItem, blocks_of, materialize
+from proxy.core.compaction.view import (
+    Entry,
+    FromClient,
+    Message,
+    ViewItem,
+    blocks_of,
+    materialize,
+)
 from proxy.core.tokens import BLOCK_OVERHEAD, TokenCounter, containing
 
 COMPACTION_JSON = b'"compaction"'  # how a compaction block's type shows in canonical JSON
@@ -77,8 +84,11 @@ def compaction_end(
 
 
 def frozen_len(entries: Sequence[Entry]) -> int:
-    """``compaction_end`` of a view."""
-    return compaction_end([e.message for e in entries])
+    """``compaction_end`` of a view: up to the last *client's* compaction block (a provider
+    compaction the proxy asked for is its own bridge, which a later compaction replaces)."""
+    return compaction_end(
+        [e.message if isinstance(e.item, FromClient) else {} for e in entries]
+    )
 
 
 def latest_assistant(entries: Sequence[Entry]) -> int:

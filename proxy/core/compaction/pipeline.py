@@ -35,48 +35,38 @@ cache and the token counter are the only state touched (memos).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Literal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 
-from proxy.core.compaction.bridge import Bridge, TranscriptNaming, TranscriptRange
-from proxy.core.compaction.context import (
-    LayerContext,
-    calibrate,
-    compaction_end,
-    frozen_len,
-)
+from proxy.core.compaction.context import LayerContext, calibrate, compaction_end
 from proxy.core.compaction.dedup import dedup
-from proxy.core.compaction.digest import Digests, digests
-from proxy.core.compaction.manifest import ManifestRecord, Removed, Summarized, Truncated
-from proxy.core.compaction.markers import cap_markers
-from proxy.core.compaction.plan import (
-    LAYERS,
-    Plan,
-    PlanCache,
-    PlanView,
+from proxy.core.compaction.digest import digests
+from proxy.core.compaction.manifest import ManifestRecord, Truncated
+from proxy.core.compaction.outcome import (
+    CompactionInput,
+    CompactionOutcome,
+    CompactionResult,
+    Continuation,
+    Done,
+    NeedsNaming,
+    NeedsSummary,
+    Run,
+    finalize,
+    output,
+    unchanged,
+    view_of,
 )
+from proxy.core.compaction.plan import Plan, PlanCache, PlanView
 from proxy.core.compaction.policy import CompactionPolicy
+from proxy.core.compaction.provider import CompactionCall
 from proxy.core.compaction.prune import Region, choose_region, window_start
-from proxy.core.compaction.summarize import (
-    SummaryPlan,
-    SummaryRequest,
-    clean_summary,
-    plan_summary,
-    summary_request,
-)
+from proxy.core.compaction.steps import after_region, finish, named, step
+from proxy.core.compaction.summarize import SummaryRequest
 from proxy.core.compaction.truncate import truncate
-from proxy.core.compaction.view import (
-    Entry,
-    FromClient,
-    Inserted,
-    Message,
-    materialize,
-    role_of,
-)
+from proxy.core.compaction.view import Entry, FromClient, Inserted, Message, materialize
 from proxy.core.event_keys import message_key
 from proxy.core.protocol import validate_messages
-from proxy.core.tokens import Canonical, RequestCount, TokenCounter
+from proxy.core.tokens import RequestCount, TokenCounter
 
 __all__ = [
     "CompactionInput",
@@ -93,238 +83,9 @@ __all__ = [
     "step",
 ]
 
-PlanStatus = Literal["new", "reused", "none"]
-SummaryStatus = Literal["ok", "failed", "skipped"]
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionInput:
-    """The parsed client request (never mutated) and the model's calibration ratio."""
-
-    system: object
-    tools: object
-    messages: Sequence[Message]
-    model: str
-    calibration: float = 1.0  # real / estimate; estimates are multiplied by it
-    # With a session, each cut tool result's full text is named as an artifact of it (the edge
-    # stores the bytes of ``artifact_of(...)``), and the truncation marker carries its pointer.
-    artifact_session: str | None = None
-    # With a session whose transcript holds these messages, the bridge names the removed turns
-    # by their transcript pointers (the model can read them back: context_proxy_retrieve).
-    transcript: TranscriptNaming | None = None
-    # the canonical JSON of (some of) ``messages`` when the edge made it already
-    canonical: Canonical | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionResult:
-    """The view to forward and what was done to get it. Token figures are calibrated."""
-
-    messages: list[Message]
-    tokens_before: int
-    tokens_after: int
-    layers: tuple[str, ...]
-    plan_status: PlanStatus
-    summary_status: SummaryStatus
-    manifest: tuple[ManifestRecord, ...]
-    compaction_id: str | None
-    changed: bool
-    over_hard_limit: bool
-    plan: Plan | None  # the plan in effect (``new``: persist it; ``reused``: already known)
-    # of the request's messages: a later request that re-uses these message objects (a
-    # ``Resent`` list) takes them instead of hashing its history again
-    digests: Digests | None = None
-    # summariser calls this request's compaction made (0 unless ``plan_status`` is ``new``)
-    summary_calls: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class _Run:
-    request: CompactionInput
-    policy: CompactionPolicy
-    plans: PlanCache
-    tenant: str
-    ctx: LayerContext
-    hashes: tuple[str, ...]
-    tokens_before: int
-    base: Plan | None  # the plan the starting view came from
-    # per client message: False when it certainly holds no cache_control marker (a view message
-    # made from it then holds none either)
-    marked: tuple[bool, ...]
-    digests: Digests
-
-
-@dataclass(frozen=True, slots=True)
-class Continuation:
-    """Everything ``step`` / ``finish`` need after a summary call. Opaque to the edge."""
-
-    run: _Run
-    region: Region
-    records: tuple[ManifestRecord, ...]
-    applied: tuple[str, ...]
-    summary: SummaryPlan | None = None  # the chain of calls (None: one call, no plan kept)
-    index: int = 0  # the call this continuation waits for (0-based)
-
-    @property
-    def calls(self) -> int:
-        """Calls of the whole chain."""
-        return self.summary.calls if self.summary is not None else 1
-
-    @property
-    def origins(self) -> tuple[int, ...]:
-        """The client message indices the awaited call's text renders."""
-        return self.summary.origins[self.index] if self.summary is not None else ()
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    result: CompactionResult
-
-
-@dataclass(frozen=True, slots=True)
-class NeedsSummary:
-    summary_request: SummaryRequest
-    continuation: Continuation
-
-
-@dataclass(frozen=True, slots=True)
-class NeedsNaming:
-    """The removed messages (client indices) and their transcript event keys
-    (``proxy.core.event_keys``): the edge looks up which sequence numbers the conversation's
-    transcript gave them, and continues with ``named``."""
-
-    indices: tuple[int, ...]
-    keys: tuple[str, ...]  # one per index
-    continuation: Continuation
-
-    def sequences(self, found: Mapping[str, int]) -> dict[int, int]:
-        """``found`` (event key -> sequence number, as the store answered) by message index."""
-        return {i: found[k] for i, k in zip(self.indices, self.keys, strict=True) if k in found}
-
-
-CompactionOutcome = Done | NeedsSummary | NeedsNaming
-
-
-def _unchanged(run: _Run) -> CompactionResult:
-    return CompactionResult(
-        messages=list(run.request.messages),
-        tokens_before=run.tokens_before,
-        tokens_after=run.tokens_before,
-        layers=(),
-        plan_status="none",
-        summary_status="skipped",
-        manifest=(),
-        compaction_id=None,
-        changed=False,
-        over_hard_limit=run.tokens_before > run.policy.hard_limit,
-        plan=None,
-        digests=run.digests,
-    )
-
-
-def _output(
-    run: _Run, messages: Sequence[Message], marked: Sequence[bool], frozen: int
-) -> list[Message]:
-    """The view's messages as forwarded: markers capped. ``marked``: per view message, whether it
-    may hold a marker; ``frozen``: ``compaction_end`` of the view."""
-    request = run.request
-    stop = len(messages) - 1
-    while stop >= 0 and role_of(messages[stop]) != "assistant":
-        stop -= 1
-    if stop < 0:
-        stop = len(messages) - 1
-    return cap_markers(
-        request.system,
-        request.tools,
-        messages,
-        max(1, frozen),
-        min(stop, len(messages) - 1),
-        marked,
-    )
-
-
-def _marked(run: _Run, item: object) -> bool:
-    """Whether the view message of ``item`` may hold a marker (only its source's can)."""
-    return not isinstance(item, FromClient) or run.marked[item.origin]
-
-
-def _view_of(
-    run: _Run, entries: Sequence[Entry], client_frozen: int, compaction_id: str
-) -> PlanView:
-    """The ``PlanView`` of a plan whose items are ``entries`` (made from this request)."""
-    tokens = tuple(
-        [
-            None
-            if isinstance(e.item, FromClient)
-            and (e.item.blocks is None or run.marked[e.item.origin])
-            else e.tokens
-            for e in entries
-        ]
-    )
-    return PlanView(tokens, frozen_len(entries), client_frozen, compaction_id)
-
-
-def _finalize(
-    run: _Run,
-    entries: Sequence[Entry],
-    records: Sequence[ManifestRecord],
-    applied: Sequence[str],
-    summary_status: SummaryStatus,
-    bridge: Bridge | None,
-) -> CompactionResult:
-    """Build the result; store a new plan when this run changed the view."""
-    n = len(run.request.messages)
-    base = run.base
-    if not applied:
-        if base is None:
-            return _unchanged(run)
-        plan: Plan = base
-        status: PlanStatus = "reused"
-    else:
-        last = entries[-1].item
-        if not (isinstance(last, FromClient) and last.origin == n - 1 and last.blocks is None):
-            raise AssertionError("compaction changed the last message")
-        done = {*applied, *(base.layers if base is not None else ())}
-        if bridge is None and base is not None:
-            bridge = base.bridge
-        plan = Plan(
-            tenant=run.tenant,
-            anchor=run.hashes[1],
-            prefix_len=n - 1,
-            prefix_hash=run.hashes[n - 1],
-            items=tuple(e.item for e in entries[:-1]),
-            layers=tuple(layer for layer in LAYERS if layer in done),
-            manifest=(*(base.manifest if base is not None else ()), *records),
-            bridge=None if bridge is None or bridge.empty else bridge,
-            summary_status=summary_status,
-        )
-        client_frozen = compaction_end(run.request.messages[: n - 1])
-        run.plans.put(plan, _view_of(run, entries[:-1], client_frozen, plan.compaction_id))
-        status = "new"
-    tokens_after = run.ctx.total(entries)
-    return CompactionResult(
-        messages=_output(
-            run,
-            [e.message for e in entries],
-            [_marked(run, e.item) for e in entries],
-            frozen_len(entries),
-        ),
-        tokens_before=run.tokens_before,
-        tokens_after=tokens_after,
-        layers=plan.layers,
-        plan_status=status,
-        summary_status=summary_status if status == "new" else "skipped",
-        manifest=plan.manifest,
-        compaction_id=plan.compaction_id,
-        changed=True,
-        over_hard_limit=tokens_after > run.policy.hard_limit,
-        plan=plan,
-        digests=run.digests,
-    )
-
 
 def _reused(
-    run: _Run,
+    run: Run,
     plan: Plan,
     view: PlanView,
     messages: Sequence[Message],
@@ -332,10 +93,10 @@ def _reused(
     frozen: int,
     tokens_after: int,
 ) -> CompactionResult:
-    """``_finalize`` of a reused plan whose view (``messages``, ``frozen`` its compaction end)
+    """``finalize`` of a reused plan whose view (``messages``, ``frozen`` its compaction end)
     is under the threshold, without building entries or walking the view."""
     return CompactionResult(
-        messages=_output(run, messages, marked, frozen),
+        messages=output(run, messages, marked, frozen),
         tokens_before=run.tokens_before,
         tokens_after=tokens_after,
         layers=plan.layers,
@@ -384,7 +145,7 @@ ViewMessage = tuple[FromClient | Inserted, Message, int, bool]  # item, message,
 
 
 def _plan_part(
-    run: _Run, plan: Plan, view: PlanView | None, count: RequestCount, client_frozen: int
+    run: Run, plan: Plan, view: PlanView | None, count: RequestCount, client_frozen: int
 ) -> tuple[list[ViewMessage], PlanView]:
     """The plan's items materialised for this request: ``(item, message, tokens, marked)`` each,
     and the plan's view (``view``, or a new one when the plan had none yet; ``client_frozen``:
@@ -415,7 +176,7 @@ def _plan_part(
         out.append((item, message, tokens, marked[origin]))
     if view is None:
         entries = [Entry(item, message, tokens) for item, message, tokens, _ in out]
-        view = _view_of(run, entries, client_frozen, plan.compaction_id)
+        view = view_of(run, entries, client_frozen, plan.compaction_id)
     return out, view
 
 
@@ -443,7 +204,7 @@ def compact(
     hashes = dg.hashes
     plain = all([isinstance(m, dict) for m in messages])  # else: walk everything, as ever
     marked = dg.marked if plain else (True,) * n
-    run = _Run(
+    run = Run(
         request=request,
         policy=policy,
         plans=plans,
@@ -456,7 +217,7 @@ def compact(
         digests=dg,
     )
     if n < 2:
-        return Done(_unchanged(run))
+        return Done(unchanged(run))
     found = plans.match(tenant, hashes[1], hashes, n - 1)
     frozen = client_frozen = 0
     if found is not None:
@@ -486,14 +247,14 @@ def compact(
         entries = [Entry(item, m, t) for item, m, t, _ in part]
     else:
         if run.tokens_before <= policy.threshold:
-            return Done(_unchanged(run))
+            return Done(unchanged(run))
         entries = []
         start = 0
     entries += [Entry(FromClient(i), messages[i], count.messages[i]) for i in range(start, n)]
     if ctx.total(entries) <= policy.threshold:
-        return Done(_finalize(run, entries, (), (), "skipped", None))
+        return Done(finalize(run, entries, (), (), "skipped", None))
     if validate_messages(list(messages)) is not None:
-        return Done(_unchanged(run))  # never rewrite a conversation that is already broken
+        return Done(unchanged(run))  # never rewrite a conversation that is already broken
 
     applied: list[str] = []
     records: list[ManifestRecord] = []
@@ -527,127 +288,12 @@ def compact(
         naming = request.transcript
         if naming is not None and naming.sequences is None:
             indices = tuple(region.message_indices)
+            if policy.summarize and policy.summary_mode == "provider":
+                indices = (*region.head_indices, *indices)  # the provider compacts the head too
             keys = tuple(message_key(i, messages[i], hashes) for i in indices)
             return NeedsNaming(indices, keys, continuation)
-        return _after_region(continuation)
-    return Done(_finalize(run, entries, records, applied, "skipped", None))
-
-
-def _after_region(continuation: Continuation) -> CompactionOutcome:
-    """What follows once the region to remove is chosen (and its turns named): the summary
-    call, or the pruned view."""
-    run, region = continuation.run, continuation.region
-    policy, ctx = run.policy, run.ctx
-    if policy.summarize and ctx.calibrated_total(region.kept_tokens) <= policy.hard_limit:
-        chain = plan_summary(
-            region.previous,
-            [(e.origin, e.message) for e in region.removed if e.origin is not None],
-            policy,
-            ctx.text_tokens,
-        )
-        return NeedsSummary(
-            summary_request(chain.text(0, None), policy, run.request.model),
-            replace(continuation, summary=chain),
-        )
-    # no summary call for a view that would be refused anyway (over the hard limit even
-    # with the summary): the pruned view, which is smaller, is all there is
-    return Done(_pruned(run, region, continuation.records, continuation.applied, "skipped"))
-
-
-def named(continuation: Continuation, sequences: Mapping[int, int]) -> CompactionOutcome:
-    """Continue a ``NeedsNaming`` with the sequence numbers found (by message index; a message
-    the transcript does not hold is left out, and not named)."""
-    run = continuation.run
-    naming = run.request.transcript
-    if naming is None:
-        return _after_region(continuation)
-    resolved = replace(naming, sequences=tuple(sorted(sequences.items())))
-    run = replace(run, request=replace(run.request, transcript=resolved))
-    return _after_region(replace(continuation, run=run))
-
-
-def _removed_range(run: _Run, region: Region) -> TranscriptRange | None:
-    naming = run.request.transcript
-    return None if naming is None else naming.range_of(region.message_indices, region.previous)
-
-
-def _fallback_bridge(run: _Run, region: Region) -> Bridge:
-    previous = region.previous
-    summary = previous.summary if previous is not None else None
-    return Bridge(summary, region.carried, _removed_range(run, region))
-
-
-def _pruned(
-    run: _Run,
-    region: Region,
-    records: Sequence[ManifestRecord],
-    applied: Sequence[str],
-    status: SummaryStatus,
-) -> CompactionResult:
-    bridge = _fallback_bridge(run, region)
-    record = Removed(region.message_indices, region.tool_use_ids, region.removed_tokens, "prune")
-    return _finalize(
-        run,
-        region.assemble(bridge, run.ctx),
-        [*records, record],
-        [*applied, "prune"],
-        status,
-        bridge,
-    )
-
-
-def step(continuation: Continuation, summary_text: str | None) -> CompactionOutcome:
-    """Feed the summariser's answer to the awaited call: the next call of the chain
-    (``NeedsSummary``), or the finished compaction (``Done``).
-
-    ``None``, empty or whitespace-only text means the call failed, wherever it is in the chain:
-    the L1-L3 view stands (the region is dropped, a previous summary and the carried user texts
-    stay in the bridge) and ``summary_status`` is ``failed``. No error text ever enters the
-    conversation, and no half-made chain's summary either.
-    """
-    run = continuation.run
-    region = continuation.region
-    calls = continuation.index + 1
-    summary = clean_summary(summary_text, run.policy, run.ctx.text_tokens)
-    if summary is None:
-        failed = _pruned(run, region, continuation.records, continuation.applied, "failed")
-        return Done(replace(failed, summary_calls=calls))
-    chain = continuation.summary
-    if chain is not None and calls < chain.calls:
-        nxt = replace(continuation, index=calls)
-        return NeedsSummary(
-            summary_request(chain.text(calls, summary), run.policy, run.request.model), nxt
-        )
-    bridge = Bridge(summary, region.carried, _removed_range(run, region))
-    record = Summarized(
-        region.message_indices,
-        region.tool_use_ids,
-        region.removed_tokens,
-        run.ctx.text_tokens(summary),
-        calls,
-    )
-    result = _finalize(
-        run,
-        region.assemble(bridge, run.ctx),
-        [*continuation.records, record],
-        [*continuation.applied, "summarize"],
-        "ok",
-        bridge,
-    )
-    return Done(replace(result, summary_calls=calls))
-
-
-def finish(continuation: Continuation, summary_text: str | None) -> CompactionResult:
-    """``step`` for the last call of a chain (or a failed one): the finished compaction.
-
-    Raises ``ValueError`` when the chain still has calls to make (use ``step``)."""
-    outcome = step(continuation, summary_text)
-    if not isinstance(outcome, Done):
-        raise ValueError(
-            f"the summary chain has {continuation.calls - continuation.index - 1} more call(s):"
-            " use step()"
-        )
-    return outcome.result
+        return after_region(continuation)
+    return Done(finalize(run, entries, records, applied, "skipped", None))
 
 
 async def run_compaction(
@@ -656,12 +302,13 @@ async def run_compaction(
     counter: TokenCounter,
     plans: PlanCache,
     tenant: str,
-    summarize: Callable[[SummaryRequest], Awaitable[str | None]],
+    summarize: Callable[[SummaryRequest | CompactionCall], Awaitable[str | None]],
 ) -> CompactionResult:
     """``compact``, the summary call when one is needed, ``finish``.
 
     ``summarize`` returns ``None`` (or empty text) on failure; exceptions it raises propagate.
-    """
+    For a ``CompactionCall`` (``summary_mode: provider``) it answers the block's JSON text
+    (``provider.block_of_answer``), or ``None`` to fall back to the proxy's summary."""
     outcome = compact(request, policy, counter, plans, tenant)
     while not isinstance(outcome, Done):
         if isinstance(outcome, NeedsNaming):  # offline: nothing is recorded, nothing named

@@ -117,6 +117,10 @@ class CompactionPolicy:
     summary_tool_result_cap: int = 400
     summary_tool_input_chars: int = 300
     carried_text_cap: int = 2_000
+    # who writes the L4 summary: "proxy" (the summary model, from a rendering of the removed
+    # turns) or "provider" (the provider's on-demand compaction on the request's own model,
+    # see ``provider``; "proxy" is its fallback)
+    summary_mode: str = "proxy"
     _by_name: Mapping[str, tuple[ReadTool, ...]] = field(
         init=False, repr=False, compare=False, hash=False
     )
@@ -133,6 +137,8 @@ class CompactionPolicy:
             problems.append("tool_result_cap must be >= 1")
         if self.keep_recent < 1:
             problems.append("keep_recent must be >= 1")
+        if self.summary_mode not in ("proxy", "provider"):
+            problems.append('summary_mode must be "proxy" or "provider"')
         if self.summary_max_tokens < 1:
             problems.append("summary_max_tokens must be >= 1")
         if self.summary_input_cap < self.summary_max_tokens + 200:

@@ -51,14 +51,25 @@ class Region:
     # raw tokens of the view this cut makes, with the bridge at its largest (a summary of
     # ``summary_max_tokens``): what the request will weigh at most once the summary is in
     kept_tokens: int = 0
+    # every entry the cut takes out, in order (removed messages, role-system entries, an old
+    # bridge): with the head, what a provider compaction summarises
+    span: tuple[Entry, ...] = ()
 
     def assemble(self, bridge: Bridge, ctx: LayerContext) -> list[Entry]:
-        """The new view with ``bridge`` (if not empty) between the head and the rest."""
+        """The new view with ``bridge`` (if not empty) between the head and the rest; a
+        provider compaction's bridge replaces the head too (its block comes first)."""
         inserted: list[Entry] = []
         if not bridge.empty:
             for message in bridge.messages():
                 inserted.append(ctx.entry(Inserted(message)))
+        if bridge.compaction is not None:
+            return [*inserted, *self.system, *self.rest]
         return [*self.head, *inserted, *self.system, *self.rest]
+
+    @property
+    def head_indices(self) -> tuple[int, ...]:
+        """The client messages of the head (a provider compaction summarises them too)."""
+        return tuple(e.origin for e in self.head if e.origin is not None)
 
     @property
     def message_indices(self) -> tuple[int, ...]:
@@ -218,4 +229,5 @@ def choose_region(
         carried=carried,
         removed_tokens=sum(e.tokens for e in span if e.role != "system"),
         kept_tokens=best[0],
+        span=tuple(span),
     )
