@@ -14,7 +14,7 @@ Routes::
     POST /console/signout         ends the session, clears the cookie: 303 /console/signin
     GET  /console/static/{name}   the assets
     GET  /console/api/me          {"tenant", "ledger": bool} (401 when not signed in)
-    GET  /console/api/health      readiness, the store, upstream errors by kind
+    GET  /console/api/health      readiness, the store (its reads and writes), upstream errors
     GET  /console/{anything else} the page shell (303 /console/signin when not signed in)
 
 Cookie: a random id (never the token), ``HttpOnly; SameSite=Strict; Path=/; Max-Age=<ttl>``,
@@ -46,7 +46,7 @@ from proxy.console.auth import (
     is_secure,
 )
 from proxy.console.sessions import ConsoleSessions, token_hash
-from proxy.server.appkeys import CONFIG, FORWARDER, METRICS, STATE, TENANCY
+from proxy.server.appkeys import CONFIG, FORWARDER, METRICS, STATE, STORE, TENANCY
 from proxy.server.forward import read_limited
 
 __all__ = ["CSP", "add_console_routes"]
@@ -215,11 +215,30 @@ class Console:
             {
                 "ready": not problems,
                 "problems": problems,
-                "store": "ok" if checks.get("ping", True) else "unavailable",
+                "store": "ok" if checks.get("store", True) else "unavailable",
+                "store_operations": _store_operations(app),
                 "upstream_errors": errors,
                 "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
         )
+
+
+def _store_operations(app: web.Application) -> dict[str, dict[str, object]]:
+    """What the store's own operations found lately, by kind (``Store.health``)."""
+    store = app.get(STORE)
+    if store is None:
+        return {}
+    now = time.monotonic()
+    out: dict[str, dict[str, object]] = {}
+    for kind, outcomes in store.health.outcomes.items():
+        known = outcomes.at > float("-inf")
+        out[kind] = {
+            "ok": outcomes.ok,
+            "last_failure": outcomes.why or None,  # the store's own text: class and SQLSTATE
+            "failures": outcomes.failures,
+            "seconds_since_outcome": round(now - outcomes.at, 1) if known else None,
+        }
+    return out
 
 
 def _has_ledger(app: web.Application) -> bool:

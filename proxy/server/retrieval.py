@@ -106,7 +106,7 @@ async def transcript_naming(
         try:
             events = await store.transcript_events(tenant, session, 0, 1)
         except StoreError as exc:
-            log.warning("[retrieval] transcript not read: %s", type(exc).__name__)
+            store.health.lost("transcript naming", exc, "no transcript pointers this turn")
             return None
         if not events:
             return TranscriptNaming(session, 1)  # this request's messages become events 1..n
