@@ -29,7 +29,7 @@ import hmac
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -330,9 +330,12 @@ def load_tenancy(
         )
     if problems:
         raise PolicyError(source, problems)
-    if mode == "keys":
+    if mode == "keys":  # every tenant's admin tokens are in its own policy
         return Tenancy("keys", tuple(loaded), None)
     default = loaded[0] if loaded else _builtin_default(config, state_dir)
+    extra = tuple(h for h in config.admin_token_hashes if h not in default.admin_token_hashes)
+    if extra:  # the environment's admin token (proxy.config.admin_tokens_from_env)
+        default = replace(default, admin_token_hashes=default.admin_token_hashes + extra)
     return Tenancy("passthrough", (default,), default)
 
 
