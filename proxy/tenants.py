@@ -9,7 +9,8 @@ server swaps its one reference, so a request keeps the value it started with.
 * ``passthrough`` (the default): one tenant, every client is it, and the client's own provider
   credentials go upstream untouched. With no policy file it is the built-in tenant ``default``;
   with exactly one policy file, that file describes it (for admin tokens, source roots, compaction
-  overrides). Two or more files are an error.
+  overrides). Two or more files are an error. ``Config.admin_token_hashes`` (the environment's
+  admin token, ``proxy.config.admin_tokens_from_env``) are added to its admin tokens.
 * ``keys``: clients send a proxy-issued key (``x-api-key``, else ``Authorization: Bearer``); its
   SHA-256 is compared, in constant time, with every stored hash of every tenant. No match is
   ``None`` here and a 401 ``authentication_error`` at the edge.

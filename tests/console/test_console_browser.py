@@ -299,6 +299,8 @@ def test_health_panel(watched: tuple[Page, Watched]) -> None:
     expect(page.get_by_role("heading", name="Health")).to_be_visible()
     expect(page.get_by_role("region", name="Readiness").locator(".figure")).to_have_text("ready")
     expect(page.get_by_role("region", name="Store").locator(".figure")).to_have_text("ok")
+    for kind in ("session reads", "reads", "writes"):  # what the store's own operations found
+        expect(page.locator(f'[data-store="{kind}"]')).to_have_text(f"{kind}: working")
     errors = page.get_by_role("table", name=re.compile("Upstream errors by kind"))
     expect(errors.get_by_role("row", name="reset")).to_contain_text("1")
     expect(errors.get_by_role("row", name="timeout")).to_contain_text("0")
