@@ -38,6 +38,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from proxy.core.durable import InvalidWrite
+from proxy.store.base import StoreBusy, StoreError, StoreUnavailable
+
 __all__ = ["INTERVAL_SECONDS", "KINDS", "Kind", "Outcomes", "StoreHealth", "describe"]
 
 log = logging.getLogger("context_proxy.store")
@@ -50,17 +53,12 @@ INTERVAL_SECONDS = 10.0
 def describe(exc: BaseException) -> str:
     """What a log line may say of a store failure: the store's own message (built to be safe:
     error class and SQLSTATE, field names, never a URL, a path or content), else the class."""
-    from proxy.core.durable import InvalidWrite
-    from proxy.store.base import StoreError  # base imports this module
-
     if isinstance(exc, StoreError | InvalidWrite):
         return str(exc) or type(exc).__name__
     return type(exc).__name__
 
 
 def _verb(exc: BaseException) -> str:
-    from proxy.store.base import StoreBusy, StoreUnavailable
-
     if isinstance(exc, StoreBusy):
         return "busy"
     return "unavailable" if isinstance(exc, StoreUnavailable) else "refused an operation"
