@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from proxy import admin_cli, log_format
-from proxy.config import ConfigError, config_path_from_env, load_config
+from proxy.config import ConfigError, admin_tokens_from_env, config_path_from_env, load_config
 
 
 def _setup_logging(level: str, fmt: str = "text") -> None:
@@ -20,13 +20,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         config = load_config(config_path_from_env(args.config))
+        config = config.with_admin_tokens(admin_tokens_from_env())
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
     config = config.with_listen(args.host, args.port)
     _setup_logging(config.logging.level, config.logging.format)
+    # The one-time console link goes to a terminal only: a redirected stderr is a log stream.
+    terminal = sys.stderr if sys.stderr.isatty() else None
     try:
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, terminal=terminal))
     except ConfigError as exc:  # invalid tenant policies: refuse to start
         print(exc, file=sys.stderr)
         return 2

@@ -1,13 +1,16 @@
 """Configuration: one YAML file, validated once at start-up into frozen dataclasses.
 
 Every key has a default, so the proxy runs with no file at all. Unknown keys and wrong types are
-errors that name the file, the key and what was expected. Environment variables are read in one
-place only: :func:`config_path_from_env`.
+errors that name the file, the key and what was expected. The environment is read here, by
+:func:`config_path_from_env` (which file) and :func:`admin_tokens_from_env` (an admin token for
+the passthrough tenant: ``Config.admin_token_hashes``, never a file key), when ``serve`` starts;
+tenant policies read the variables they name in :func:`proxy.tenants.load_tenancy`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import reprlib
@@ -24,6 +27,11 @@ import yaml
 from proxy.core.limits import limit_problem
 
 ENV_CONFIG = "CONTEXT_PROXY_CONFIG"
+# An admin token for the passthrough tenant (the admin API and the console), as the token itself
+# (only its SHA-256 is kept) or as that hash; either turns off the one-time console link.
+ENV_ADMIN_TOKEN = "CONTEXT_PROXY_ADMIN_TOKEN"
+ENV_ADMIN_TOKEN_SHA256 = "CONTEXT_PROXY_ADMIN_TOKEN_SHA256"
+MIN_ADMIN_TOKEN_CHARS = 16
 
 _T = TypeVar("_T")
 
@@ -372,10 +380,16 @@ class Config:
     ledger: LedgerConfig = LedgerConfig()
     prices: tuple[PriceConfig, ...] = ()
     console: ConsoleConfig = ConsoleConfig()
+    # SHA-256 digests of admin tokens for the passthrough tenant, from the environment
+    # (:func:`admin_tokens_from_env`); not a file key.
+    admin_token_hashes: tuple[bytes, ...] = field(default=(), repr=False, metadata={"env": True})
 
     @property
     def store_url(self) -> str:
         return self.store.url or f"sqlite:///{Path(self.state_dir) / 'context-proxy.db'}"
+
+    def with_admin_tokens(self, hashes: tuple[bytes, ...]) -> Config:
+        return dataclasses.replace(self, admin_token_hashes=hashes)
 
     def with_listen(self, host: str | None, port: int | None) -> Config:
         listen = dataclasses.replace(
@@ -450,7 +464,7 @@ def _build(cls: type, data: Any, prefix: str, errors: list[str], base: Any = Non
         )
         return cls() if base is None else base
     hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in dataclasses.fields(cls)}
+    known = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("env")}
     values: dict[str, Any] = {}
     for raw_key, value in data.items():
         key = f"{prefix}.{short_key(raw_key)}" if prefix else short_key(raw_key)
@@ -628,3 +642,40 @@ def config_path_from_env(explicit: str | None, environ: Mapping[str, str] | None
         return explicit
     env = os.environ if environ is None else environ
     return env.get(ENV_CONFIG) or None
+
+
+_TOKEN_RE = re.compile(r"[\x21-\x7e]+", re.ASCII)  # printable ASCII, no whitespace: a header value
+_SHA256_RE = re.compile(r"[0-9a-fA-F]{64}", re.ASCII)
+
+
+def admin_tokens_from_env(environ: Mapping[str, str] | None = None) -> tuple[bytes, ...]:
+    """The SHA-256 of the passthrough tenant's admin token named by the environment:
+    ``CONTEXT_PROXY_ADMIN_TOKEN`` (the token: hashed here, the value not kept) and/or
+    ``CONTEXT_PROXY_ADMIN_TOKEN_SHA256`` (its hash). Unset or empty: none. :class:`ConfigError`
+    for a value that cannot be one, never showing it."""
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    hashes: list[bytes] = []
+    token = env.get(ENV_ADMIN_TOKEN, "")
+    if token:
+        if not _TOKEN_RE.fullmatch(token) or len(token) < MIN_ADMIN_TOKEN_CHARS:
+            problems.append(
+                f"variable {ENV_ADMIN_TOKEN}: expected at least {MIN_ADMIN_TOKEN_CHARS} printable"
+                " ASCII characters without spaces (e.g. `openssl rand -hex 24`), got a value of"
+                f" {len(token)} characters (not shown)"
+            )
+        else:
+            hashes.append(hashlib.sha256(token.encode("ascii")).digest())
+    digest = env.get(ENV_ADMIN_TOKEN_SHA256, "").strip()
+    if digest:
+        if not _SHA256_RE.fullmatch(digest):
+            problems.append(
+                f"variable {ENV_ADMIN_TOKEN_SHA256}: expected 64 hex digits, the SHA-256 of the"
+                f' token (printf %s "$TOKEN" | sha256sum), got a value of {len(digest)}'
+                " characters (not shown)"
+            )
+        elif bytes.fromhex(digest) not in hashes:
+            hashes.append(bytes.fromhex(digest))
+    if problems:
+        raise ConfigError("<environment>", problems)
+    return tuple(hashes)

@@ -221,6 +221,11 @@ class PrivateServer:
             "start",
         )
 
+    def stop(self) -> None:
+        """A clean, fast shutdown (``pg_ctl stop -m fast``): sessions are ended, the server
+        says so to every client, and ``start`` brings it back with nothing to recover."""
+        self._pg("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop")
+
     def crash(self) -> None:
         """Every server process quits at once, without a checkpoint: recovery replays the WAL."""
         self._pg("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "-t", "60", "stop")

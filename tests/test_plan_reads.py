@@ -128,6 +128,7 @@ class CountingStore:
 
     def __init__(self, store: Any) -> None:
         self.store = store
+        self.health = store.health  # where a failure is reported (one line per interval)
         self.reads = 0
         self.failing = False
 

@@ -11,11 +11,13 @@ import time
 
 from aiohttp import web
 
+from proxy.console.first_signin import OneTimeSignIn
 from proxy.console.sessions import ConsoleSessions, hash_listed
 from proxy.server.appkeys import TENANCY
 from proxy.tenants import Tenant
 
 __all__ = [
+    "CONSOLE_FIRST_SIGNIN",
     "CONSOLE_SESSIONS",
     "COOKIE",
     "SECURE_COOKIE",
@@ -26,6 +28,8 @@ __all__ = [
 
 # Set when the console is enabled (``console.enabled``).
 CONSOLE_SESSIONS = web.AppKey("console_sessions", ConsoleSessions)
+# The one-time sign-in link's token, when ``serve`` issued one (``proxy.console.first_signin``).
+CONSOLE_FIRST_SIGNIN = web.AppKey("console_first_signin", OneTimeSignIn)
 
 COOKIE = "cp_console"
 # Over TLS: the __Host- prefix makes the browser refuse it unless Secure, Path=/, no Domain.
@@ -44,7 +48,8 @@ def cookie_value(request: web.Request) -> str:
 
 def console_tenant(request: web.Request, now: float | None = None) -> Tenant | None:
     """The tenant the request's console cookie was signed in as, if that sign-in is still
-    valid: not expired, not signed out, and its token still listed in the tenant's policy."""
+    valid: not expired, not signed out, and its token still listed in the tenant's policy (a
+    sign-in with the one-time link has no token a policy could list)."""
     sessions = request.app.get(CONSOLE_SESSIONS)
     value = cookie_value(request)
     if sessions is None or not value:
@@ -53,7 +58,10 @@ def console_tenant(request: web.Request, now: float | None = None) -> Tenant | N
     if session is None:
         return None
     tenant = request.app[TENANCY].current.by_name(session.tenant)
-    if tenant is None or not hash_listed(session.token_sha256, tenant.admin_token_hashes):
+    listed = session.token_sha256 is None or hash_listed(
+        session.token_sha256, tenant.admin_token_hashes if tenant is not None else ()
+    )
+    if tenant is None or not listed:
         sessions.close(value)
         return None
     return tenant

@@ -9,12 +9,13 @@ Routes::
 
     GET  /console                 -> 308 /console/
     GET  /console/signin          the sign-in form (static)
-    POST /console/signin          form ``token=<admin token>``: 303 /console/ with the cookie,
-                                  or 200 with the form and "Invalid admin token."
+    POST /console/signin          form ``token=<admin token>`` (or the one-time link's token,
+                                  ``link=1``: see first_signin.py): 303 /console/ with the
+                                  cookie, or 200 with the form and why not
     POST /console/signout         ends the session, clears the cookie: 303 /console/signin
     GET  /console/static/{name}   the assets
     GET  /console/api/me          {"tenant", "ledger": bool} (401 when not signed in)
-    GET  /console/api/health      readiness, the store, upstream errors by kind
+    GET  /console/api/health      readiness, the store (its reads and writes), upstream errors
     GET  /console/{anything else} the page shell (303 /console/signin when not signed in)
 
 Cookie: a random id (never the token), ``HttpOnly; SameSite=Strict; Path=/; Max-Age=<ttl>``,
@@ -38,6 +39,7 @@ import orjson
 from aiohttp import web
 
 from proxy.console.auth import (
+    CONSOLE_FIRST_SIGNIN,
     CONSOLE_SESSIONS,
     COOKIE,
     SECURE_COOKIE,
@@ -45,8 +47,9 @@ from proxy.console.auth import (
     cookie_value,
     is_secure,
 )
+from proxy.console.first_signin import OneTimeSignIn
 from proxy.console.sessions import ConsoleSessions, token_hash
-from proxy.server.appkeys import CONFIG, FORWARDER, METRICS, STATE, TENANCY
+from proxy.server.appkeys import CONFIG, FORWARDER, METRICS, STATE, STORE, TENANCY
 from proxy.server.forward import read_limited
 
 __all__ = ["CSP", "add_console_routes"]
@@ -112,10 +115,19 @@ def _forbidden() -> web.Response:
     )
 
 
+_SPENT_LINK = (
+    "This sign-in link is not valid: it works once, and only until the proxy restarts."
+    " Sign in with an admin token."
+)
+
+
 class Console:
-    def __init__(self, assets: dict[str, bytes], sessions: ConsoleSessions) -> None:
+    def __init__(
+        self, assets: dict[str, bytes], sessions: ConsoleSessions, first: OneTimeSignIn
+    ) -> None:
         self.assets = assets
         self.sessions = sessions
+        self.first = first
 
     def _html(self, name: str, status: int = 200, error: str = "") -> web.Response:
         page = self.assets[name].decode()
@@ -133,17 +145,27 @@ class Console:
         if not _same_origin(request):
             return _forbidden()
         raw = await read_limited(request.content, MAX_FORM_BYTES)
-        token = ""
+        token, from_link = "", False
         if raw is not None:
             form = parse_qs(raw.decode("utf-8", "replace"), max_num_fields=8)
             token = (form.get("token") or [""])[0].strip()
-        tenant = request.app[TENANCY].current.admin(token) if token else None
+            from_link = (form.get("link") or [""])[0] == "1"
+        tenancy = request.app[TENANCY].current
+        tenant = tenancy.admin(token) if token else None
+        digest: bytes | None = token_hash(token)
+        if tenant is None:
+            name = self.first.redeem(token)  # the one-time link's token, spent now
+            tenant = tenancy.by_name(name) if name is not None else None
+            digest = None
         if tenant is None:
             log.info("[console] sign-in refused")
             # 200, the form again: a failed sign-in is a page, not a failed resource load.
-            return self._html("signin.html", error="Invalid admin token.")
-        session_id = self.sessions.open(tenant.name, token_hash(token), time.monotonic())
-        log.info("[console] tenant=%s signed in", tenant.name)
+            return self._html(
+                "signin.html", error=_SPENT_LINK if from_link else "Invalid admin token."
+            )
+        session_id = self.sessions.open(tenant.name, digest, time.monotonic())
+        how = "with an admin token" if digest is not None else "with the one-time link"
+        log.info("[console] tenant=%s signed in %s", tenant.name, how)
         response = _redirect(PREFIX + "/")
         secure = is_secure(request)
         response.set_cookie(
@@ -215,11 +237,30 @@ class Console:
             {
                 "ready": not problems,
                 "problems": problems,
-                "store": "ok" if checks.get("ping", True) else "unavailable",
+                "store": "ok" if checks.get("store", True) else "unavailable",
+                "store_operations": _store_operations(app),
                 "upstream_errors": errors,
                 "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
         )
+
+
+def _store_operations(app: web.Application) -> dict[str, dict[str, object]]:
+    """What the store's own operations found lately, by kind (``Store.health``)."""
+    store = app.get(STORE)
+    if store is None:
+        return {}
+    now = time.monotonic()
+    out: dict[str, dict[str, object]] = {}
+    for kind, outcomes in store.health.outcomes.items():
+        known = outcomes.at > float("-inf")
+        out[kind] = {
+            "ok": outcomes.ok,
+            "last_failure": outcomes.why or None,  # the store's own text: class and SQLSTATE
+            "failures": outcomes.failures,
+            "seconds_since_outcome": round(now - outcomes.at, 1) if known else None,
+        }
+    return out
 
 
 def _has_ledger(app: web.Application) -> bool:
@@ -249,7 +290,8 @@ def add_console_routes(app: web.Application) -> None:
         return
     sessions = ConsoleSessions(config.session_ttl_seconds)
     app[CONSOLE_SESSIONS] = sessions
-    console = Console(_load_assets(), sessions)
+    app[CONSOLE_FIRST_SIGNIN] = first = OneTimeSignIn()  # armed by ``serve``, if at all
+    console = Console(_load_assets(), sessions, first)
     r = app.router
     r.add_get(PREFIX, _secured(console.redirect_root), name="console_root")
     r.add_get(PREFIX + "/signin", _secured(console.signin_form), name="console_signin_form")

@@ -12,6 +12,8 @@ signed-out one (it fails closed: the operator signs in again), never with anothe
 
 Each session also keeps the SHA-256 of the token it was opened with: every use checks that the
 tenant's policy still lists that hash, so removing a token (``SIGHUP`` reload) ends its sessions.
+A session opened with the one-time sign-in link (``proxy.console.first_signin``) has no token
+hash: no policy lists its token; it ends with its expiry, sign-out or a restart.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def token_hash(token: str) -> bytes:
 @dataclass(frozen=True, slots=True)
 class ConsoleSession:
     tenant: str
-    token_sha256: bytes
+    token_sha256: bytes | None  # None: opened with the one-time link
     expires_at: float
 
 
@@ -56,7 +58,7 @@ class ConsoleSessions:
         # Keyed by a hash of the id: a lookup's dict probe does not compare the secret itself.
         return hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).digest()
 
-    def open(self, tenant: str, token_sha256: bytes, now: float) -> str:
+    def open(self, tenant: str, token_sha256: bytes | None, now: float) -> str:
         """A new session for ``tenant``; returns its id (the cookie value)."""
         self._expire(now)
         session_id = secrets.token_urlsafe(_ID_BYTES)

@@ -200,9 +200,9 @@ def _admin(handler: AdminHandler) -> Handler:
                 response = await handler(request, tenant)
             except InvalidWrite as exc:
                 raise _failed(exc.errors) from None
-            except StoreError as exc:
-                log.warning("[admin] store unavailable: %s", type(exc).__name__)
-                raise AdminUnavailable() from None
+            except StoreError as exc:  # said once per interval, not once per request
+                request.app[STORE].health.lost("the admin API", exc, "answered 503")
+                response = _error_response(AdminUnavailable(), request_id)
         except ProxyError as exc:
             log.info(
                 "[admin] %s %s -> %d %s",
@@ -580,7 +580,10 @@ async def get_preview(request: web.Request, tenant: Tenant) -> web.StreamRespons
             asked_by=f"admin:{request[ADMIN_REQUEST_ID]}",
         )
     except (OSError, StoreError) as exc:  # resources (EMFILE...), not a property of a source
-        log.warning("[admin] sources could not be resolved: %s", type(exc).__name__)
+        if isinstance(exc, StoreError):
+            request.app[STORE].health.lost("the admin API", exc, "answered 503")
+        else:
+            log.warning("[admin] sources could not be resolved: %s", type(exc).__name__)
         raise AdminUnavailable("the sources could not be resolved; retry later") from None
     by_pointer = dict(zip(pointers, resolutions, strict=True))
     used_by: dict[str, list[dict[str, str]]] = {p: [] for p in pointers}

@@ -69,6 +69,7 @@ from proxy.server.forward import (
 from proxy.server.ledger import LEDGER, ClientCall, LedgerRecorder, calls_for
 from proxy.server.metrics import CONTENT_TYPE, new_metrics
 from proxy.server.naming import transcript_naming
+from proxy.server.readiness import StoreReadiness
 from proxy.server.retention import retention_ctx
 from proxy.server.retrieval import RetrievalLoop
 from proxy.server.thinking import THINKING_HEADER, ThinkingGuard, with_beta
@@ -548,7 +549,7 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[RESOLVER] = SourceResolver()
     app[DURABLE] = DurableContext(store, app[RESOLVER])
     app[SOURCE_CHECKS] = app[DURABLE].checks
-    app[STATE].readiness_checks.append(store.ping)
+    app[STATE].readiness_checks.append(StoreReadiness(store))  # the store as requests see it
     app[LEDGER] = LedgerRecorder(store, app[METRICS], config)
     app[LEDGER].start()
     try:

@@ -543,7 +543,7 @@ class CompactionService:
                 await asyncio.sleep(max(0.01, min(pause, claim.wait_seconds)))
                 pause = min(pause * 2, 1.0)
         except (StoreError, InvalidWrite) as exc:
-            log.warning("[compact] summary lease unavailable: %s", type(exc).__name__)
+            store.health.lost("summary leases", exc, "summarised without a lease")
         return await self._summarize(request, headers)
 
     async def _summarize_holding(
@@ -565,7 +565,7 @@ class CompactionService:
                 try:
                     await store.claim_summary(tenant, key, holder, lease)
                 except (StoreError, InvalidWrite) as exc:
-                    log.warning("[compact] summary lease not renewed: %s", type(exc).__name__)
+                    store.health.lost("summary leases", exc, "a lease not renewed")
 
         renewing = asyncio.create_task(renew())
         try:
@@ -580,7 +580,7 @@ class CompactionService:
         try:
             await store.settle_summary(tenant, key, holder, text, lease)
         except (StoreError, InvalidWrite) as exc:
-            log.warning("[compact] summary not stored: %s", type(exc).__name__)
+            store.health.lost("summaries", exc, "a summary not stored")
         return text
 
     async def _ratio(self, tenant: str, model: str, key: str) -> float:
@@ -593,7 +593,7 @@ class CompactionService:
                 try:
                     stored = await store.get_calibration(tenant, model)
                 except (StoreError, InvalidWrite) as exc:
-                    log.warning("[compact] calibration not read: %s", type(exc).__name__)
+                    store.health.lost("calibration", exc, "starts from the default ratio")
                     stored = None
                 if stored is not None:
                     self.calibration.seed(key, stored)
@@ -673,7 +673,8 @@ class CompactionService:
             try:
                 await work
             except (StoreError, InvalidWrite) as exc:
-                log.warning("[compact] background store call failed: %s", type(exc).__name__)
+                if self.store is not None:
+                    self.store.health.lost("summary leases", exc, "a lease not released")
 
         task = asyncio.get_running_loop().create_task(run())
         self._writes.add(task)
@@ -683,4 +684,4 @@ class CompactionService:
         try:
             await store.put_calibration(tenant, model, self.calibration.ratio(key))
         except (StoreError, InvalidWrite) as exc:
-            log.warning("[compact] calibration not stored: %s", type(exc).__name__)
+            store.health.lost("calibration", exc, "a figure not shared")

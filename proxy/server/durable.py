@@ -174,7 +174,7 @@ class DurableContext:
         try:
             state = await self.store.current_state(tenant, session)
         except StoreError as exc:
-            log.warning("[durable] store unavailable for a session read: %s", type(exc).__name__)
+            self.store.health.lost("durable context", exc, "the request gets the unavailable block")
             return Injection(render_unavailable(), {}, False)
         sources = [i.source for i in state.facts]
         sources += [i.source for i in state.pending]
@@ -188,7 +188,10 @@ class DurableContext:
                 tenant, policy, pointers, session=session, asked_by=f"request:{check_id}"
             )
         except (StoreError, OSError) as exc:  # the store, or resources (EMFILE...): never a 500
-            log.warning("[durable] sources could not be checked: %s", type(exc).__name__)
+            if isinstance(exc, StoreError):
+                self.store.health.lost("source checks", exc, "the request gets the unavailable block")
+            else:
+                log.warning("[durable] sources could not be checked: %s", type(exc).__name__)
             return Injection(render_unavailable(), {}, False)
         counts: dict[str, int] = dict(Counter(r.status for r in resolutions))
         block = render_state(state, dict(zip(pointers, resolutions, strict=True)))
@@ -221,7 +224,9 @@ class DurableContext:
                 await self.checks.write_artifacts(
                     tenant, policy, session, [(a.name, a.data) for a in artifacts]
                 )
-            except (OSError, ValueError, ObjectStoreError, StoreError) as exc:
+            except StoreError as exc:
+                self.store.health.lost("artifact manifests", exc, "cut tool results not stored")
+            except (OSError, ValueError, ObjectStoreError) as exc:
                 log.warning("[durable] cut tool results not stored: %s", type(exc).__name__)
         if result.compaction_id is not None:
             data: dict[str, Any] = {
@@ -239,6 +244,7 @@ class DurableContext:
                 tenant,
                 conversation,
                 self.store.put_manifest(tenant, result.compaction_id, session, manifest),
+                "compaction manifests",
             )
 
     # -- transcripts ----------------------------------------------------------------------
@@ -279,7 +285,9 @@ class DurableContext:
         if pending is not None:
             await asyncio.gather(pending, return_exceptions=True)
 
-    def _chain(self, tenant: str, conversation: Conversation, work: Any) -> None:
+    def _chain(
+        self, tenant: str, conversation: Conversation, work: Any, what: str = "transcripts"
+    ) -> None:
         key = (tenant, conversation.session, conversation.agent)
         previous = self._chains.get(key)
 
@@ -288,10 +296,10 @@ class DurableContext:
                 await asyncio.gather(previous, return_exceptions=True)
             try:
                 await work
-            except InvalidWrite as exc:  # field names and fixed texts only: no content
-                log.warning("[durable] transcript not recorded: InvalidWrite (%s)", exc)
-            except (StoreError, OSError, ValueError) as exc:
-                log.warning("[durable] transcript not recorded: %s", type(exc).__name__)
+            except (StoreError, InvalidWrite) as exc:  # field names and fixed texts: no content
+                self.store.health.lost(what, exc, "recorded from the session's next request")
+            except (OSError, ValueError) as exc:
+                log.warning("[durable] %s not recorded: %s", what, type(exc).__name__)
 
         task = asyncio.get_running_loop().create_task(run())
         self._chains[key] = task
@@ -455,7 +463,10 @@ class DurableContext:
                     await asyncio.to_thread(
                         export_session, root, session, fetch, self._marks, agent
                     )
-                except (StoreError, OSError, ValueError) as exc:
+                except StoreError as exc:
+                    self.store.health.lost("transcript exports", exc, "repaired on the next export")
+                    return
+                except (OSError, ValueError) as exc:
                     log.warning("[durable] transcript export failed: %s", type(exc).__name__)
                     return
                 if key not in self._export_again:

@@ -205,7 +205,8 @@ class LedgerRecorder:
                 if attempt < RETRIES and isinstance(exc, StoreError):
                     await asyncio.sleep(0.2 * 4**attempt)
                     continue
-                log.warning("[ledger] %d rows not written: %s", len(batch), type(exc).__name__)
+                # the rows dropped are counted: context_proxy_ledger_rows_total{outcome="dropped"}
+                self.store.health.lost("the usage ledger", exc, "rows dropped, counted in metrics")
                 self.metrics.ledger_rows.labels("dropped").inc(len(batch))
                 return
             self.metrics.ledger_rows.labels("written").inc(len(batch))

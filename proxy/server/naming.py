@@ -46,6 +46,9 @@ async def transcript_sequences(
         return {}
     try:
         return await store.transcript_seqs(tenant, naming.session, keys, agent=naming.agent)
-    except (StoreError, InvalidWrite) as exc:
+    except StoreError as exc:
+        store.health.lost("transcript naming", exc, "the removed turns are not named")
+        return {}
+    except InvalidWrite as exc:
         log.warning("[retrieval] removed turns not named: %s", type(exc).__name__)
         return {}

@@ -140,7 +140,7 @@ class PlanReads:
         try:
             stored = await store.plans_for(tenant, salt + anchor)
         except (StoreError, InvalidWrite) as exc:
-            log.warning("[compact] plans not read from the store: %s", type(exc).__name__)
+            store.health.lost("compaction plans", exc, "compacted here without the stored plans")
             return False
         added = self._add(stored, scope, anchor, known)
         if added or known:
@@ -174,7 +174,7 @@ class PlanReads:
                 tenant, salt + plan.anchor, salt + plan.prefix_hash, plan.prefix_len, mine
             )
         except (StoreError, InvalidWrite) as exc:
-            log.warning("[compact] plan not stored: %s", type(exc).__name__)
+            store.health.lost("compaction plans", exc, "a plan not shared")
             return
         if stored != mine:
             # Another replica stored a plan for this prefix first: from the next turn on, every

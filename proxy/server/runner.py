@@ -7,6 +7,7 @@ import gc
 import logging
 import signal
 import sys
+from typing import TextIO
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
@@ -14,9 +15,16 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
 from proxy.config import Config, ConfigError
+from proxy.console.auth import CONSOLE_FIRST_SIGNIN
+from proxy.console.first_signin import (
+    announcement,
+    hint,
+    signin_link,
+    tenant_without_admin_token,
+)
 from proxy.log_format import escape
 from proxy.server.app import build_app
-from proxy.server.appkeys import FORWARDER, METRICS, STATE, TENANCY
+from proxy.server.appkeys import CONFIG, FORWARDER, METRICS, STATE, TENANCY
 from proxy.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
 from proxy.server.idle_trim import release_when_idle
 from proxy.tenants import load_tenancy
@@ -63,8 +71,12 @@ def make_runner(
     )
 
 
-async def serve(config: Config, stop: asyncio.Event | None = None) -> None:
-    """Serve until ``stop`` is set or a SIGTERM/SIGINT arrives, then drain and return."""
+async def serve(
+    config: Config, stop: asyncio.Event | None = None, terminal: TextIO | None = None
+) -> None:
+    """Serve until ``stop`` is set or a SIGTERM/SIGINT arrives, then drain and return.
+    ``terminal``: where the one-time console link may be printed (stderr when it is a terminal;
+    never the log stream)."""
     soft, hard = raise_open_files_limit()
     log.info("open files limit: %d (hard %d)", soft, hard)
     app = build_app(config)
@@ -80,8 +92,10 @@ async def serve(config: Config, stop: asyncio.Event | None = None) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, schedule_reload, app, config)
-    for host, port, *_ in (a for a in runner.addresses if isinstance(a, tuple)):
+    addresses = [(str(a[0]), int(a[1])) for a in runner.addresses if isinstance(a, tuple)]
+    for host, port in addresses:
         log.info("listening on http://%s:%d upstream=%s", host, port, config.upstream.base_url)
+    announce_console(app, addresses, terminal)
     # memory back to the system when the proxy goes idle after a burst (a 1 s poll)
     releasing = loop.create_task(release_when_idle(app[STATE]))
     try:
@@ -93,6 +107,31 @@ async def serve(config: Config, stop: asyncio.Event | None = None) -> None:
         await drain(app, runner, config.shutdown.grace_seconds)
         await runner.cleanup()
         log.info("stopped")
+
+
+def announce_console(
+    app: web.Application, addresses: list[tuple[str, int]], terminal: TextIO | None
+) -> None:
+    """No admin token for the passthrough tenant: a one-time console sign-in link on the
+    terminal (``proxy.console.first_signin``), or, without one, a log line saying how to set a
+    token. ``auth.mode: keys``: the environment's admin token does not apply, said once."""
+    tenancy = app[TENANCY].current
+    if tenancy.mode == "keys" and app[CONFIG].admin_token_hashes:
+        log.warning(
+            "CONTEXT_PROXY_ADMIN_TOKEN(_SHA256) ignored: with auth.mode keys, each tenant's"
+            " admin tokens are in its policy (admin_tokens_sha256)"
+        )
+    tenant = tenant_without_admin_token(tenancy)
+    if tenant is None:
+        return
+    first = app.get(CONSOLE_FIRST_SIGNIN)
+    if first is None or terminal is None or not addresses:
+        log.info("%s", hint(tenant.name, console=first is not None))
+        return
+    host, port = addresses[0]
+    link = signin_link(host, port, first.issue(tenant.name))
+    print(announcement(tenant.name, link), file=terminal, flush=True)
+    log.info("a one-time console sign-in link for tenant %s was printed on the terminal", tenant.name)
 
 
 def tune_interpreter() -> None:

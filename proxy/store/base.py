@@ -5,9 +5,11 @@ backend (SQLite now, PostgreSQL later) implements the protocol; callers never se
 connection or a backend's exceptions. Errors::
 
     StoreError                  base
-    ├── StoreUnavailable        the database cannot be opened, read or written (I/O, locked
-    │                           beyond the busy timeout, closed store); the edge answers 503 /
-    │                           renders the "store unavailable" block
+    ├── StoreUnavailable        the database cannot be opened, read or written (I/O, a lost or
+    │   │                       refused connection, closed store); the edge answers 503 /
+    │   │                       renders the "store unavailable" block
+    │   └── StoreBusy           a lock (a session's row) still held by another writer after the
+    │                           busy timeout: the database answered (``health`` counts it as up)
     ├── PrefixConflict          append_transcript(expected_prefix=...) found another prefix
     ├── DuplicateEvent          an event_id already recorded in the session
     └── ManifestConflict        a different manifest already stored under the compaction id
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
 
     from proxy.core.ledger import LedgerEntry
     from proxy.store.agents import AgentRecord
+    from proxy.store.health import StoreHealth
     from proxy.store.transcript_keys import KeyedEvent, Recorded
     from proxy.store.usage import UsageGroup, UsageQuery, UsageRow
 
@@ -67,6 +70,7 @@ __all__ = [
     "PrefixConflict",
     "RecordedEvent",
     "Store",
+    "StoreBusy",
     "StoreError",
     "StoreUnavailable",
     "StoredManifest",
@@ -99,6 +103,10 @@ class StoreError(Exception):
 
 
 class StoreUnavailable(StoreError):
+    pass
+
+
+class StoreBusy(StoreUnavailable):
     pass
 
 
@@ -203,7 +211,13 @@ class AppliedMigration:
 
 
 class Store(Protocol):
-    """The session store. Every write the methods acknowledge (return from) is durable."""
+    """The session store. Every write the methods acknowledge (return from) is durable.
+
+    ``health`` holds what its operations found (``proxy.store.health``): ``/readyz`` answers
+    from it, and callers report what an outage cost them through it, one line per interval.
+    """
+
+    health: StoreHealth
 
     async def write_changes(
         self, tenant: str, session: str, changes: Sequence[Change]

@@ -23,8 +23,15 @@ Behaviour mirrors :mod:`proxy.store.sqlite` (the reference); what differs is how
   so ``list_sessions`` sorts by code point, as SQLite's ``BINARY`` does; JSON is stored as the
   exact text the store wrote (``TEXT``, not ``jsonb``), timestamps as the caller's ISO 8601 text.
 * **Errors.** asyncpg, socket and timeout errors become :class:`StoreUnavailable` in one place
-  (:meth:`PostgresStore._run`); messages name the error class and SQLSTATE, never the URL (it may
-  hold a password) or content. PostgreSQL cannot store a NUL character in text, so an event id,
+  (:meth:`PostgresStore._run`), a lock wait past ``lock_timeout`` (or a deadlock) becomes
+  :class:`StoreBusy`; messages name the error class and SQLSTATE, never the URL (it may hold a
+  password) or content. Every outcome goes to ``health`` (:mod:`proxy.store.health`): reads
+  through :meth:`PostgresStore._read` (as SQLite's), the rest through ``_run``.
+* **Connections.** The pool keeps no floor (``min_size`` 0): asyncpg restores a floor in the
+  background, and logs a traceback for every failed attempt while the server is down (with
+  backoff, up to a minute apart, long after an outage). Connections are made when an operation
+  needs one, so a failure surfaces once, in that operation, as ``StoreUnavailable``; an idle
+  connection is closed after asyncpg's 300 s, and the next operation pays one connect. PostgreSQL cannot store a NUL character in text, so an event id,
   role, prefix hash or compaction id holding one is refused with ``InvalidWrite`` (SQLite would
   store it).
 * Durable state is folded from the history and cached per session, reading only the rows after
@@ -63,6 +70,7 @@ from proxy.store.base import (
     Prefix,
     PrefixConflict,
     RecordedEvent,
+    StoreBusy,
     StoredManifest,
     StoreError,
     StoreUnavailable,
@@ -82,6 +90,7 @@ from proxy.store.base import (
     encode_plan,
 )
 from proxy.store.folding import StateCache, change_rows, decode_change, now_iso
+from proxy.store.health import Kind, StoreHealth
 from proxy.store.migrations import MIGRATIONS, SchemaTooNew
 from proxy.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, MAX_EVENT_LIMIT
 from proxy.store.transcript_keys import (
@@ -110,7 +119,7 @@ MIGRATION_TIMEOUT_SECONDS = 300.0  # a migration statement, and the wait for ano
 IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000  # a stalled client cannot hold a session's lock forever
 PING_TIMEOUT_SECONDS = 5.0
 CLOSE_TIMEOUT_SECONDS = 10.0
-DEFAULT_POOL_MIN_SIZE = 1
+DEFAULT_POOL_MIN_SIZE = 0  # no floor: asyncpg's floor upkeep logs a traceback per failed try
 DEFAULT_POOL_MAX_SIZE = 10
 MAX_BIGINT = 2**63 - 1
 # pg_advisory_xact_lock key for migrations: b"ctxproxy" as a big-endian signed 64-bit integer.
@@ -119,6 +128,7 @@ _EVENT_ID_KEY = "transcript_events_event_id_key"
 
 # Everything that means "the database could not do it" (server errors not handled where they
 # happen, a lost or refused connection, a closed pool, a timeout).
+_BUSY = (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError)  # it answered: a lock
 _UNAVAILABLE = (
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
@@ -415,6 +425,7 @@ class PostgresStore(PostgresUsage):
     def __init__(self, pool: Any) -> None:
         self._pool = pool
         self._closed = False
+        self.health = StoreHealth()
         # (tenant, session) -> (last folded seq, state): the newest fold seen by this store.
         self._states = StateCache()
 
@@ -460,17 +471,33 @@ class PostgresStore(PostgresUsage):
 
     # -- plumbing ------------------------------------------------------------------------------
 
-    async def _run(self, fn: Callable[[Any], Awaitable[T]]) -> T:
-        """Run ``fn`` on a pooled connection; database failures become ``StoreUnavailable``."""
+    async def _run(self, fn: Callable[[Any], Awaitable[T]], kind: Kind = "writes") -> T:
+        """Run ``fn`` on a pooled connection; database failures become ``StoreUnavailable``
+        (``StoreBusy``: a lock wait timed out), and the outcome goes to ``health``."""
         if self._closed:
             raise StoreUnavailable("the store is closed")
+        started = self.health.begin()
         try:
             async with self._pool.acquire(timeout=COMMAND_TIMEOUT_SECONDS) as conn:
-                return await fn(conn)
+                result = await fn(conn)
+        except _BUSY as exc:
+            self.health.ended(kind, started, None)  # the database answered
+            raise StoreBusy(f"the store is busy ({_describe(exc)})") from exc
         except _UNAVAILABLE as exc:
             if self._closed:
                 raise StoreUnavailable("the store is closed") from None
-            raise StoreUnavailable(f"the store failed ({_describe(exc)})") from exc
+            error = StoreUnavailable(f"the store failed ({_describe(exc)})")
+            self.health.ended(kind, started, error)
+            raise error from exc
+        except (StoreError, ValueError):  # about the data (a conflict, an invalid write)
+            self.health.ended(kind, started, None)
+            raise
+        self.health.ended(kind, started, None)
+        return result
+
+    async def _read(self, fn: Callable[[Any], Awaitable[T]], kind: Kind = "reads") -> T:
+        """:meth:`_run` for a read (``session reads``: what ``/readyz`` answers from)."""
+        return await self._run(fn, kind)
 
     async def _state(self, conn: Any, tenant: str, session: str) -> tuple[int, DurableState]:
         """The session's folded state and the last ``seq`` folded into it."""
@@ -508,7 +535,7 @@ class PostgresStore(PostgresUsage):
         async def job(conn: Any) -> DurableState:
             return (await self._state(conn, tenant, session))[1]
 
-        return await self._run(job)
+        return await self._read(job, "session reads")
 
     async def history(self, tenant: str, session: str) -> tuple[HistoryEntry, ...]:
         check_keys(tenant, session)
@@ -517,7 +544,7 @@ class PostgresStore(PostgresUsage):
             rows = await _history_rows(conn, tenant, session, 0)
             return tuple(HistoryEntry(seq, at, event) for seq, at, event in rows)
 
-        return await self._run(job)
+        return await self._read(job, "session reads")
 
     # -- transcripts ------------------------------------------------------------------------------
 
@@ -712,7 +739,7 @@ class PostgresStore(PostgresUsage):
             )
             return tuple(_event_from_row(session, row, agent) for row in rows)
 
-        return await self._run(job)
+        return await self._read(job)
 
     async def recorded_prefix(self, tenant: str, session: str, *, agent: str = "") -> Prefix:
         check_keys(tenant, session, agent)
@@ -729,7 +756,7 @@ class PostgresStore(PostgresUsage):
                 return EMPTY_PREFIX
             return Prefix(int(row["prefix_count"]), str(row["prefix_hash"]))
 
-        return await self._run(job)
+        return await self._read(job)
 
     # -- manifests --------------------------------------------------------------------------------
 
@@ -786,7 +813,7 @@ class PostgresStore(PostgresUsage):
                 compaction_id, str(row["session"]), str(row["manifest"]), str(row["stored_at"])
             )
 
-        return await self._run(job)
+        return await self._read(job)
 
     # -- compaction plans -------------------------------------------------------------------------
 
@@ -838,7 +865,7 @@ class PostgresStore(PostgresUsage):
             )
             return tuple(str(row["plan_json"]) for row in rows)
 
-        return await self._run(job)
+        return await self._read(job)
 
     # -- summary leases, calibration --------------------------------------------------------------
     # Lease times come from the database's clock, so replicas on several hosts agree on them.
@@ -906,7 +933,7 @@ class PostgresStore(PostgresUsage):
             )
             return None if ratio is None else float(ratio)
 
-        return await self._run(job)
+        return await self._read(job)
 
     # -- the rest ---------------------------------------------------------------------------------
 
@@ -919,7 +946,7 @@ class PostgresStore(PostgresUsage):
             )
             return tuple(str(row["session"]) for row in rows)
 
-        return await self._run(job)
+        return await self._read(job)
 
     async def applied_migrations(self) -> tuple[AppliedMigration, ...]:
         async def job(conn: Any) -> tuple[AppliedMigration, ...]:
@@ -931,17 +958,23 @@ class PostgresStore(PostgresUsage):
                 for row in rows
             )
 
-        return await self._run(job)
+        return await self._read(job)
 
     async def ping(self) -> bool:
         async def job(conn: Any) -> bool:
-            await conn.fetchval("SELECT count(*) FROM schema_migrations")
+            await conn.fetchval("SELECT count(*) FROM (SELECT 1 FROM durable_changes LIMIT 1) AS one")
             return True
 
+        started = self.health.begin()
         try:
             async with asyncio.timeout(PING_TIMEOUT_SECONDS):
-                return await self._run(job)
-        except (StoreError, TimeoutError):
+                return await self._read(job, "session reads")
+        except TimeoutError:  # the read was cancelled before it could report: reported here
+            self.health.ended(
+                "session reads", started, StoreUnavailable("the store did not answer in time")
+            )
+            return False
+        except StoreError:
             return False
 
     async def close(self) -> None:
@@ -950,6 +983,7 @@ class PostgresStore(PostgresUsage):
             return
         self._closed = True
         self._states.clear()
+        self.health.closed()
         try:
             async with asyncio.timeout(CLOSE_TIMEOUT_SECONDS):
                 await self._pool.close()

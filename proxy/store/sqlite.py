@@ -18,7 +18,9 @@
 * Durable state is derived by folding the session's history (``proxy.core.durable.apply``). The
   history is append-only with a gap-free ``seq`` per session, so the store keeps the folded view
   of recently used sessions in memory and reads only the rows after the last ``seq`` it folded.
-* sqlite3 errors become :class:`StoreUnavailable` in one place (:meth:`SQLiteStore._call`).
+* sqlite3 errors become :class:`StoreUnavailable` in one place (:meth:`SQLiteStore._call`;
+  ``StoreBusy`` for a lock wait past the busy timeout); every outcome goes to ``health``
+  (:mod:`proxy.store.health`), reported from the loop in :meth:`SQLiteStore._submit`.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from proxy.store.base import (
     Prefix,
     PrefixConflict,
     RecordedEvent,
+    StoreBusy,
     StoredManifest,
     StoreError,
     StoreUnavailable,
@@ -76,6 +79,7 @@ from proxy.store.base import (
     encode_plan,
 )
 from proxy.store.folding import StateCache, change_rows, decode_change, now_iso
+from proxy.store.health import Kind, StoreHealth
 from proxy.store.migrations import migrate
 from proxy.store.transcript_keys import (
     KeyedEvent,
@@ -94,6 +98,7 @@ T = TypeVar("T")
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 MAX_EVENT_LIMIT = 10_000
 PING_TIMEOUT_SECONDS = 5.0
+_BUSY = ("SQLITE_BUSY", "SQLITE_LOCKED")  # error names (and their extended codes) of a lock wait
 
 
 @contextmanager
@@ -172,6 +177,7 @@ class SQLiteStore(SQLiteUsage):
         self._conn: sqlite3.Connection | None = None
         self._read_conn: sqlite3.Connection | None = None
         self._closed = False
+        self.health = StoreHealth()
         # (tenant, session) -> (last folded seq, state); shared by the two worker threads.
         self._states = StateCache()
         self._states_lock = threading.Lock()
@@ -274,18 +280,25 @@ class SQLiteStore(SQLiteUsage):
             return fn(conn)
         except sqlite3.Error as exc:
             name = getattr(exc, "sqlite_errorname", type(exc).__name__)
+            if name.startswith(_BUSY):  # another writer's lock, past the busy timeout
+                raise StoreBusy(f"the store is busy ({name})") from exc
             raise StoreUnavailable(f"the store failed ({name})") from exc
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` on the write connection, after the writes queued before it."""
-        return await self._submit(self._executor, fn, read=False)
+        return await self._submit(self._executor, fn, read=False, kind="writes")
 
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _read(self, fn: Callable[[sqlite3.Connection], T], kind: Kind = "reads") -> T:
         """Run the read-only ``fn`` on the read connection: never behind a queued write."""
-        return await self._submit(self._read_executor, fn, read=True)
+        return await self._submit(self._read_executor, fn, read=True, kind=kind)
 
     async def _submit(
-        self, executor: ThreadPoolExecutor, fn: Callable[[sqlite3.Connection], T], *, read: bool
+        self,
+        executor: ThreadPoolExecutor,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        read: bool,
+        kind: Kind,
     ) -> T:
         if self._closed:
             raise StoreUnavailable("the store is closed")
@@ -294,7 +307,22 @@ class SQLiteStore(SQLiteUsage):
             future = loop.run_in_executor(executor, partial(self._call, fn, read=read))
         except RuntimeError:  # the executor was shut down by a concurrent close()
             raise StoreUnavailable("the store is closed") from None
-        return await future
+        # The outcome is reported here, on the loop (``health`` is not thread-safe).
+        started = self.health.begin()
+        try:
+            result = await future
+        except StoreBusy:
+            self.health.ended(kind, started, None)  # the database answered
+            raise
+        except StoreUnavailable as exc:
+            if not self._closed:
+                self.health.ended(kind, started, exc)
+            raise
+        except (StoreError, ValueError):  # about the data (a conflict, an invalid write)
+            self.health.ended(kind, started, None)
+            raise
+        self.health.ended(kind, started, None)
+        return result
 
     def _state(
         self, conn: sqlite3.Connection, tenant: str, session: str
@@ -333,7 +361,9 @@ class SQLiteStore(SQLiteUsage):
 
     async def current_state(self, tenant: str, session: str) -> DurableState:
         check_keys(tenant, session)
-        return await self._read(lambda conn: self._state(conn, tenant, session)[1])
+        return await self._read(
+            lambda conn: self._state(conn, tenant, session)[1], "session reads"
+        )
 
     async def history(self, tenant: str, session: str) -> tuple[HistoryEntry, ...]:
         check_keys(tenant, session)
@@ -342,7 +372,7 @@ class SQLiteStore(SQLiteUsage):
             rows = _history_rows(conn, tenant, session, 0)
             return tuple(HistoryEntry(seq, at, event) for seq, at, event in rows)
 
-        return await self._read(job)
+        return await self._read(job, "session reads")
 
     # -- transcripts ------------------------------------------------------------------------------
 
@@ -676,19 +706,26 @@ class SQLiteStore(SQLiteUsage):
 
     async def ping(self) -> bool:
         def job(conn: sqlite3.Connection) -> bool:
-            conn.execute("SELECT count(*) FROM schema_migrations").fetchone()
+            conn.execute("SELECT count(*) FROM (SELECT 1 FROM durable_changes LIMIT 1) AS one").fetchone()
             return True
 
+        started = self.health.begin()
         try:
             async with asyncio.timeout(PING_TIMEOUT_SECONDS):
-                return await self._read(job)
-        except (StoreError, TimeoutError):
+                return await self._read(job, "session reads")
+        except TimeoutError:  # the read was cancelled before it could report: reported here
+            self.health.ended(
+                "session reads", started, StoreUnavailable("the store did not answer in time")
+            )
+            return False
+        except StoreError:
             return False
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self.health.closed()
 
         def job() -> None:
             self._disconnect()

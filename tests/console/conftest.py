@@ -268,3 +268,57 @@ def browser() -> Iterator[object]:
         b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+S_TOKEN = "cpa-solo-console-admin-token-0001"
+S_SESSION = "solo-summarised-1"
+
+
+@dataclass
+class Summarised:
+    """A proxy whose one session holds a real summarised compaction (prune + summarize)."""
+
+    url: str
+    compaction_id: str
+
+
+@pytest.fixture(scope="module")
+def summarised(loop_thread: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Summarised]:
+    tmp = tmp_path_factory.mktemp("console-summarised")
+    policies = tmp / "policies"
+    policies.mkdir()
+    policy = {"name": "solo", "provider": {"mode": "passthrough"}, "admin_tokens_sha256": [_sha(S_TOKEN)]}
+    (policies / "solo.yaml").write_text(yaml.safe_dump(policy))
+    upstream = FakeUpstream()
+    loop_thread.run(upstream.start())
+    config = proxy_config(
+        upstream.url,
+        str(tmp / "state"),
+        policies_dir=str(policies),
+        # A small summary budget, so that pruning can reach the target with a summary in place.
+        compaction={"threshold": 3000, "hard_limit": 100_000, "keep_recent": 2,
+                    "summary": {"model": "claude-summary-test", "max_tokens": 200}},
+        ledger={"flush_seconds": 0.01},
+    )
+    proxy = ProxyServer(config)
+    url = loop_thread.run(proxy.start())
+    try:
+        upstream.script(
+            Reply(message_json("SUMMARY: the long work so far, in a few words.", model="claude-summary-test")),
+        )
+        client = anthropic.Anthropic(
+            base_url=url, api_key="sk-ant-solo", max_retries=0,
+            default_headers={"x-session-id": S_SESSION},
+        )
+        with client:
+            raw = client.messages.with_raw_response.create(
+                model="claude-sonnet-4-5", max_tokens=16, messages=_long_history()  # type: ignore[arg-type]
+            )
+        assert "summarize" in raw.headers["x-compaction-layers"], raw.headers
+        assert raw.headers["x-compaction-summary"] == "ok", raw.headers
+        loop_thread.run(proxy.app[DURABLE].drain())
+        loop_thread.run(proxy.app[LEDGER].flush())
+        yield Summarised(url, raw.headers["x-compaction-id"])
+    finally:
+        loop_thread.run(proxy.stop())
+        loop_thread.run(upstream.stop())

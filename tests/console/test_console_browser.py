@@ -22,6 +22,9 @@ from tests.console.conftest import (
     B_SESSION,
     B_TOKEN,
     PAYLOAD,
+    S_SESSION,
+    S_TOKEN,
+    Summarised,
     World,
 )
 
@@ -296,6 +299,8 @@ def test_health_panel(watched: tuple[Page, Watched]) -> None:
     expect(page.get_by_role("heading", name="Health")).to_be_visible()
     expect(page.get_by_role("region", name="Readiness").locator(".figure")).to_have_text("ready")
     expect(page.get_by_role("region", name="Store").locator(".figure")).to_have_text("ok")
+    for kind in ("session reads", "reads", "writes"):  # what the store's own operations found
+        expect(page.locator(f'[data-store="{kind}"]')).to_have_text(f"{kind}: working")
     errors = page.get_by_role("table", name=re.compile("Upstream errors by kind"))
     expect(errors.get_by_role("row", name="reset")).to_contain_text("1")
     expect(errors.get_by_role("row", name="timeout")).to_contain_text("0")
@@ -345,3 +350,59 @@ def test_removed_messages_and_transcript_pages(watched: tuple[Page, Watched]) ->
     transcript.get_by_role("button", name="Previous events").click()
     expect(events.first).to_have_attribute("data-seq", "1")
     expect(events).to_have_count(20)
+
+
+
+def _record_text(record: dict[str, Any]) -> str:
+    """What the session page says of one manifest record, from the record's own figures."""
+    n = len(record.get("message_indices", []))
+    messages = f"{n:,} message" + ("" if n == 1 else "s")
+    if record["kind"] == "summarized":
+        calls = f"{record['calls']:,} summariser call" + ("" if record["calls"] == 1 else "s")
+        return (
+            f"Old turns summarised: {messages} of {record['tokens_before']:,} tokens replaced by a"
+            f" summary of {record['summary_tokens']:,} tokens written in {calls}"
+        )
+    if record["kind"] == "removed" and record["reason"] == "dedup":
+        return f"Superseded file read removed: {messages}, {record['tokens']:,} tokens"
+    if record["kind"] == "removed":
+        return f"Old turns removed: {messages}, {record['tokens']:,} tokens"
+    return (
+        f"Tool result {record['tool_use_id']} (message {record['message_index']}) cut from"
+        f" {record['tokens_before']:,} to {record['tokens_after']:,} tokens"
+    )
+
+
+def test_each_manifest_record_kind_shows_its_own_figures(browser: Any, summarised: Summarised) -> None:
+    context = browser.new_context(base_url=summarised.url)
+    page = context.new_page()
+    watch = Watched(origin=summarised.url)
+    page.on("console", lambda m: watch.console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
+    page.on("request", lambda r: watch.on_request(r.url))
+    try:
+        sign_in(page, S_TOKEN)
+        page.goto(f"/console/sessions/{S_SESSION}")
+        manifest = page.request.get(f"/admin/v1/manifests/{summarised.compaction_id}").json()["manifest"]
+        records = manifest["records"]
+        kinds = [r["kind"] if r["kind"] != "removed" else r["reason"] for r in records]
+        assert "summarized" in kinds and "prune" not in kinds, kinds  # a real summarised compaction
+        (summary,) = [r for r in records if r["kind"] == "summarized"]
+        assert summary["tokens_before"] > summary["summary_tokens"] > 0 and summary["calls"] == 1
+        assert len(summary["message_indices"]) >= 2
+        article = page.get_by_role("article", name=f"Compaction {summarised.compaction_id}")
+        shown = article.locator("li[data-record]")
+        expect(shown).to_have_count(len(records))
+        for n, record in enumerate(records):
+            expect(shown.nth(n)).to_have_attribute("data-record", kinds[n])
+            expect(shown.nth(n)).to_contain_text(_record_text(record))
+        expect(article).not_to_contain_text("\u2013 tokens")  # fmtInt of a missing figure
+        expect(article).not_to_contain_text("Old turns removed")  # summarised, not removed
+        # Its removed messages are still there to read, by their transcript pointers.
+        first = summary["message_indices"][0]
+        article.locator('li[data-record="summarized"]').get_by_role("button", name=f"Show message {first}").click()
+        expect(page.get_by_role("region", name="Source")).to_contain_text(f"transcript:{S_SESSION}:{first + 1}")
+        screenshot(page, "session-summarised")
+    finally:
+        context.close()
+    watch.assert_clean()

@@ -1,4 +1,5 @@
-// Health: readiness as /readyz decides it, the store, upstream errors by kind.
+// Health: readiness as /readyz decides it, the store (what its reads and writes found), upstream
+// errors by kind.
 import { getJson } from "./api.js";
 import { fmtInt, h } from "./dom.js";
 
@@ -16,7 +17,10 @@ export async function healthPage(view) {
       data.problems.length ? h("ul", {}, data.problems.map((x) => h("li", {}, x))) : null),
     h("section", { class: "card", "aria-label": "Store" },
       h("h2", {}, "Store"),
-      h("p", { class: "figure " + (data.store === "ok" ? "ok" : "bad"), "data-figure": "store" }, data.store)),
+      h("p", { class: "figure " + (data.store === "ok" ? "ok" : "bad"), "data-figure": "store" }, data.store),
+      h("ul", { class: "detail" }, Object.entries(data.store_operations || {}).map(([kind, op]) =>
+        h("li", { "data-store": kind },
+          op.ok ? `${kind}: working` : `${kind}: failing (${fmtInt(op.failures)} failed): ${op.last_failure || "unknown"}`)))),
     h("table", {},
       h("caption", {}, "Upstream errors by kind (this replica, since it started)"),
       h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Kind"), h("th", { scope: "col" }, "Errors"))),

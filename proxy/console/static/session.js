@@ -152,19 +152,7 @@ async function compactions(base, rows, viewer) {
       continue;
     }
     const man = m.manifest || {};
-    const records = (man.records || []).map((rec) => {
-      if (rec.kind === "truncated") {
-        return h("li", {},
-          `Tool result ${rec.tool_use_id} (message ${rec.message_index}) cut from ${fmtInt(rec.tokens_before)} to ${fmtInt(rec.tokens_after)} tokens`,
-          rec.artifact_key ? [" — kept as ", h("code", {}, rec.artifact_key), " ", viewer.button("Show artifact", rec.artifact_key)] : " — not kept");
-      }
-      const indices = rec.message_indices || [];
-      return h("li", {},
-        `${rec.reason === "dedup" ? "Superseded file read removed" : "Old turns removed"}: ${indices.length} messages, ${fmtInt(rec.tokens)} tokens`,
-        (rec.tool_use_ids || []).length ? [" (tool calls ", (rec.tool_use_ids || []).join(", "), ")"] : "",
-        indices.length ? h("ul", { class: "inline" }, indices.slice(0, 50).map((i) =>
-          h("li", {}, viewer.button(`Show message ${i}`, `transcript:${session}:${i + 1}`)))) : "");
-    });
+    const records = (man.records || []).map((rec) => manifestRecord(rec, session, viewer));
     out.append(h("article", { "aria-label": "Compaction " + cid },
       h("h3", {}, "Compaction ", h("code", {}, cid)),
       h("p", {}, `Stored ${fmtTime(m.stored_at)} · ${fmtInt(man.tokens_before)} → ${fmtInt(man.tokens_after)} tokens · layers ${(man.layers || []).join(", ") || "none"} · summary ${man.summary || "–"}`),
@@ -172,6 +160,44 @@ async function compactions(base, rows, viewer) {
   }
   if (ids.length > MAX_MANIFESTS) out.append(message("notice", `${ids.length - MAX_MANIFESTS} more compactions not shown.`));
   return out;
+}
+
+// One manifest record (proxy/core/compaction/manifest.py), each kind with its own figures:
+// truncated (tokens before and after, the kept artifact), removed by dedup or by prune (tokens
+// removed), summarized (tokens before, the summary's tokens, the summariser calls). A kind this
+// page does not know is shown by its name and fields, never as another kind.
+function manifestRecord(rec, session, viewer) {
+  const kind = rec && typeof rec === "object" ? rec.kind : undefined;
+  if (kind === "truncated") {
+    return h("li", { "data-record": "truncated" },
+      `Tool result ${rec.tool_use_id} (message ${rec.message_index}) cut from ${fmtInt(rec.tokens_before)} to ${fmtInt(rec.tokens_after)} tokens`,
+      rec.artifact_key ? [" — kept as ", h("code", {}, rec.artifact_key), " ", viewer.button("Show artifact", rec.artifact_key)] : " — not kept");
+  }
+  const indices = Array.isArray(rec && rec.message_indices) ? rec.message_indices : [];
+  const tools = Array.isArray(rec && rec.tool_use_ids) && rec.tool_use_ids.length
+    ? [" (tool calls ", rec.tool_use_ids.join(", "), ")"] : "";
+  const messages = indices.length ? h("ul", { class: "inline" }, indices.slice(0, 50).map((i) =>
+    h("li", {}, viewer.button(`Show message ${i}`, `transcript:${session}:${i + 1}`)))) : "";
+  const count = (n, one, many) => `${fmtInt(n)} ${n === 1 ? one : many}`;
+  if (kind === "removed" && rec.reason === "dedup") {
+    const what = indices.length
+      ? `${count(indices.length, "message", "messages")}, ${fmtInt(rec.tokens)} tokens`
+      : `${fmtInt(rec.tokens)} tokens from messages that stay`;
+    return h("li", { "data-record": "dedup" }, `Superseded file read removed: ${what}`, tools, messages);
+  }
+  if (kind === "removed" && rec.reason === "prune") {
+    return h("li", { "data-record": "prune" },
+      `Old turns removed: ${count(indices.length, "message", "messages")}, ${fmtInt(rec.tokens)} tokens`,
+      tools, messages);
+  }
+  if (kind === "summarized") {
+    return h("li", { "data-record": "summarized" },
+      `Old turns summarised: ${count(indices.length, "message", "messages")} of ${fmtInt(rec.tokens_before)} tokens`
+        + ` replaced by a summary of ${fmtInt(rec.summary_tokens)} tokens`
+        + ` written in ${count(rec.calls, "summariser call", "summariser calls")}`,
+      tools, messages);
+  }
+  return h("li", { "data-record": "other" }, `A record of kind ${String(kind)}: `, h("code", {}, JSON.stringify(rec)));
 }
 
 // --- durable state --------------------------------------------------------------------------
