@@ -239,13 +239,47 @@ class DurableContext:
             }
             if conversation.agent:
                 data["agent"] = conversation.agent
-            manifest = orjson.dumps(data).decode()
+            bridge = result.plan.bridge if result.plan is not None else None
+            if bridge is not None and bridge.transcript is not None:
+                # the events the bridge names: what the removed turns are in the transcript
+                data["transcript"] = bridge.transcript.to_json()
             self._chain(
                 tenant,
                 conversation,
-                self.store.put_manifest(tenant, result.compaction_id, session, manifest),
+                self._put_manifest(tenant, conversation, messages, result, data),
                 "compaction manifests",
             )
+
+    async def _put_manifest(
+        self,
+        tenant: str,
+        conversation: Conversation,
+        messages: Sequence[Any],
+        result: CompactionResult,
+        data: dict[str, Any],
+    ) -> None:
+        """Store the manifest, with the transcript event each message its records name was
+        recorded as (``events``: message index -> sequence number; looked up by event key once
+        this request's messages are recorded: it runs after them in the conversation's chain)."""
+        indices = sorted(
+            {i for r in result.manifest for i in _indices(r)} & set(range(len(messages)))
+        )
+        hashes = result.digests.hashes if result.digests is not None else ()
+        if indices and len(hashes) == len(messages) + 1:
+            keys = {message_key(i, messages[i], hashes): i for i in indices}
+            try:
+                found = await self.store.transcript_seqs(
+                    tenant, conversation.session, list(keys), agent=conversation.agent
+                )
+            except StoreError as exc:
+                self.store.health.lost("transcript naming", exc, "a manifest without events")
+                found = {}
+            events = {str(keys[k]): seq for k, seq in found.items()}
+            if events:
+                data["events"] = events
+        manifest = orjson.dumps(data).decode()
+        assert result.compaction_id is not None
+        await self.store.put_manifest(tenant, result.compaction_id, conversation.session, manifest)
 
     # -- transcripts ----------------------------------------------------------------------
 
@@ -484,6 +518,13 @@ class Turn:
     conversation: Conversation
     count: int  # messages in the request: the answer is message ``count`` of the conversation
     hashes: asyncio.Future[tuple[str, ...] | None]
+
+
+def _indices(record: Any) -> tuple[int, ...]:
+    """The client message indices a manifest record names."""
+    if isinstance(record, Truncated):
+        return (record.message_index,)
+    return tuple(getattr(record, "message_indices", ()))
 
 
 def _role(message: Any) -> object:

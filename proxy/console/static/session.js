@@ -1,4 +1,5 @@
-// One session: timeline, turns, compactions with their manifests, durable state, transcript.
+// One session: timeline, turns, compactions with their manifests, durable state, its
+// conversations (the main one and its agents, parent -> child) and each one's transcript.
 import { admin, ApiError, enc, whoami } from "./api.js";
 import { chart } from "./chart.js";
 import { append, clear, fmtInt, fmtTime, fmtUsd, h, message } from "./dom.js";
@@ -49,7 +50,10 @@ export async function sessionPage(view, id) {
   }
   view.append(await durable(base, state, viewer));
   view.append(viewer.element);
-  view.append(await transcript(base));
+  const log = transcriptView(base);
+  view.append(await conversations(base, log));
+  view.append(log.element);
+  await log.show("");
 }
 
 // --- timeline and turns ---------------------------------------------------------------------
@@ -152,9 +156,9 @@ async function compactions(base, rows, viewer) {
       continue;
     }
     const man = m.manifest || {};
-    const records = (man.records || []).map((rec) => manifestRecord(rec, session, viewer));
-    out.append(h("article", { "aria-label": "Compaction " + cid },
-      h("h3", {}, "Compaction ", h("code", {}, cid)),
+    const records = (man.records || []).map((rec) => manifestRecord(rec, session, viewer, man));
+    out.append(h("article", { "aria-label": "Compaction " + cid, "data-agent": man.agent || "" },
+      h("h3", {}, "Compaction ", h("code", {}, cid), man.agent ? [" of agent ", h("code", {}, man.agent)] : ""),
       h("p", {}, `Stored ${fmtTime(m.stored_at)} · ${fmtInt(man.tokens_before)} → ${fmtInt(man.tokens_after)} tokens · layers ${(man.layers || []).join(", ") || "none"} · summary ${man.summary || "–"}`),
       h("ul", {}, records)));
   }
@@ -166,7 +170,20 @@ async function compactions(base, rows, viewer) {
 // truncated (tokens before and after, the kept artifact), removed by dedup or by prune (tokens
 // removed), summarized (tokens before, the summary's tokens, the summariser calls). A kind this
 // page does not know is shown by its name and fields, never as another kind.
-function manifestRecord(rec, session, viewer) {
+// The transcript pointer of a record's message i: the event the manifest says it was recorded as
+// (its "events"); a manifest written before events were stored names the main conversation's
+// messages as recorded from its start (message i is event i + 1).
+function eventPointer(man, session, i) {
+  const events = man && man.events;
+  const prefix = man && man.agent ? `transcript:${session}:${man.agent}:` : `transcript:${session}:`;
+  if (events && typeof events === "object") {
+    const seq = events[String(i)];
+    return seq ? prefix + seq : null;
+  }
+  return man && man.agent ? null : prefix + (i + 1);
+}
+
+function manifestRecord(rec, session, viewer, man) {
   const kind = rec && typeof rec === "object" ? rec.kind : undefined;
   if (kind === "truncated") {
     return h("li", { "data-record": "truncated" },
@@ -176,8 +193,9 @@ function manifestRecord(rec, session, viewer) {
   const indices = Array.isArray(rec && rec.message_indices) ? rec.message_indices : [];
   const tools = Array.isArray(rec && rec.tool_use_ids) && rec.tool_use_ids.length
     ? [" (tool calls ", rec.tool_use_ids.join(", "), ")"] : "";
-  const messages = indices.length ? h("ul", { class: "inline" }, indices.slice(0, 50).map((i) =>
-    h("li", {}, viewer.button(`Show message ${i}`, `transcript:${session}:${i + 1}`)))) : "";
+  const shown = indices.slice(0, 50).map((i) => [i, eventPointer(man, session, i)]).filter(([, p]) => p);
+  const messages = shown.length ? h("ul", { class: "inline" }, shown.map(([i, pointer]) =>
+    h("li", {}, viewer.button(`Show message ${i}`, pointer)))) : "";
   const count = (n, one, many) => `${fmtInt(n)} ${n === 1 ? one : many}`;
   if (kind === "removed" && rec.reason === "dedup") {
     const what = indices.length
@@ -313,15 +331,49 @@ function contentView(content) {
   return blockView(content);
 }
 
-async function transcript(base) {
-  const out = section("Transcript");
+// The session's conversations: the main one, then its agents under the one that spawned each.
+async function conversations(base, log) {
+  const data = await admin(base + "/agents");
+  const out = section("Conversations");
+  const children = new Map();
+  for (const a of data.agents) {
+    const parent = a.parent || "";
+    if (!children.has(parent)) children.set(parent, []);
+    children.get(parent).push(a);
+  }
+  const known = new Set(data.agents.map((a) => a.agent));
+  const node = (agent, label, events, seen) => {
+    const b = h("button", { type: "button", class: "link", "data-conversation": agent }, label);
+    b.addEventListener("click", () => log.show(agent).catch(log.failed));
+    const kids = seen.has(agent) ? [] : children.get(agent) || [];
+    seen.add(agent);
+    return h("li", { "data-agent": agent },
+      b, ` · ${fmtInt(events)} ${events === 1 ? "event" : "events"}`,
+      kids.length ? h("ul", {}, kids.map((k) => node(k.agent, `agent ${k.agent}`, k.events, seen))) : null);
+  };
+  const seen = new Set();
+  const roots = [node("", "main conversation", data.main.events, seen)];
+  // an agent whose parent never recorded here is shown at the top level, not lost
+  for (const a of data.agents) {
+    if (a.parent && !known.has(a.parent) && !seen.has(a.agent)) roots.push(node(a.agent, `agent ${a.agent} (spawned by ${a.parent})`, a.events, seen));
+  }
+  out.append(h("ul", { class: "tree", "aria-label": "Conversations of this session" }, roots));
+  return out;
+}
+
+// One conversation's transcript, paged; ``show(agent)`` switches conversation ("": the main one).
+function transcriptView(base) {
+  const title = h("p", { class: "detail", "data-figure": "conversation" });
   const list = h("div", { class: "events" });
   const pager = h("nav", { class: "pager", "aria-label": "Transcript pages" });
-  out.append(list, pager);
-  const stack = [];
+  const element = section("Transcript", title, list, pager);
+  let agent = "";
+  let stack = [];
   const failed = (err) => clear(list).append(message("error", "Could not load the transcript: " + err.message));
   async function load(after) {
-    const data = await admin(base + "/transcript", { after, limit: TRANSCRIPT_PAGE });
+    const query = { after, limit: TRANSCRIPT_PAGE };
+    if (agent) query.agent = agent;
+    const data = await admin(base + "/transcript", query);
     clear(list);
     for (const e of data.events) {
       list.append(h("article", { class: "event " + e.role, "data-seq": e.seq, "aria-label": `Event ${e.seq}` },
@@ -341,6 +393,11 @@ async function transcript(base) {
       pager.append(next);
     }
   }
-  await load(0);
-  return out;
+  async function show(which) {
+    agent = which;
+    stack = [];
+    append(clear(title), which ? ["Agent ", h("code", {}, which)] : ["The main conversation"]);
+    await load(0);
+  }
+  return { element, show, failed };
 }
