@@ -237,8 +237,10 @@ Choices where the sources are silent or disagree
   [THINK]; the brief said enabled and adaptive). Thinking in it while thinking is disabled is
   the observed 400 ([OBSERVED]), though [THINK] describes a silent degradation instead
   (``reject_thinking_when_disabled=False``). "Disabled": ``thinking.type == "disabled"``, or no
-  ``thinking`` on a model that does not bind (binding models think always). Both apply after
-  the drops.
+  ``thinking`` on a model that does not think by default ([TROUBLE]'s table: Fable, Mythos,
+  Opus 5 and Sonnet 5 models do; ``thinking_by_default``). Both apply after the drops; like
+  every path here, theirs names the block as sent (``messages.N.content.1`` when the block
+  before it was dropped).
 - End user: binding models only; the producer's ``bind_to_end_user`` and ``metadata.user_id``
   are recorded; a block made without a user id is not bound to one. The error's wording ("bound
   to a different end user") is ours. Organizations are not modelled (one account).

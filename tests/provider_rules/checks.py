@@ -95,9 +95,13 @@ class Settings:
     leading_thinking_modes: frozenset[str]
     reject_thinking_when_disabled: bool
     can_read: Callable[[str, str], bool]
+    thinking_by_default: tuple[str, ...] = ()
 
     def binds(self, model: str) -> bool:
         return any(fnmatchcase(model, pattern) for pattern in self.binding_models)
+
+    def thinks_by_default(self, model: str) -> bool:
+        return self.binds(model) or any(fnmatchcase(model, pattern) for pattern in self.thinking_by_default)
 
 
 @dataclass(frozen=True)
@@ -130,11 +134,12 @@ class Binding:
     bind_to_end_user: bool
 
 
-def thinking_binding(body: Mapping[str, Any], betas: Collection[str], binds: bool) -> Binding:
+def thinking_binding(body: Mapping[str, Any], betas: Collection[str], thinks: bool) -> Binding:
+    """The request's thinking settings; ``thinks``: the model thinks when ``thinking`` is absent."""
     thinking = body.get("thinking")
     kind = thinking.get("type") if isinstance(thinking, Mapping) else None
     if not isinstance(kind, str):
-        kind = "adaptive" if binds else "disabled"  # binding models think always (adaptive only)
+        kind = "adaptive" if thinks else "disabled"
     default = Binding(kind, None, SPELLINGS[0], True)
     if not isinstance(thinking, Mapping) or "block_binding" not in thinking:
         return default
@@ -530,13 +535,13 @@ def check(
     """Checks one ``/v1/messages`` (``endpoint="messages"``) or ``/v1/messages/count_tokens``
     (``"count_tokens"``) request. ``refuse_compaction`` is asked (once, last) whether the
     provider's compaction is unavailable for this request."""
-    report = BETA_BINDING in betas and endpoint == "messages"
+    report = BETA_BINDING in betas  # a count_tokens answer is not a message: it never carries them
     messages = body.get("messages")
     if not isinstance(messages, list):
         return Verdict(endpoint, report=report)
     outcome = Outcome()
     try:
-        binding = thinking_binding(body, betas, settings.binds(str(body.get("model"))))
+        binding = thinking_binding(body, betas, settings.thinks_by_default(str(body.get("model"))))
         if endpoint == "messages":
             outcome.compaction = check_compaction_parameter(body, betas)
         outcome.carries_signed = check_compaction_blocks(messages, betas, signer)

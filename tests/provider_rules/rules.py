@@ -32,6 +32,8 @@ from tests.provider_rules.prefix import ORIGIN, THINKING_TYPES
 from tests.provider_rules.signing import Signer, canonical, digest
 
 BINDING_MODELS = ("claude-fable-5-1*", "claude-mythos-5-1*")
+# [TROUBLE]'s table: "Always on" or "On" by default (the others are "Off")
+THINKING_BY_DEFAULT = ("claude-fable-5*", "claude-mythos-5*", "claude-mythos-preview*", "claude-opus-5*", "claude-sonnet-5*")
 _DATED = re.compile(r"-\d{8}$")
 _REGISTRY_LIMIT = 20_000
 
@@ -57,7 +59,9 @@ class ProviderRules:
     ``reject_thinking_when_disabled``: the 400 for thinking in the final assistant message while
     thinking is disabled. ``can_read(reader, producer)``: the model check (default: a model
     reads its own blocks; the binding models read every other model's; no other model reads
-    theirs). ``secret``: the HMAC key (random unless given).
+    theirs). ``thinking_by_default``: glob patterns of the models that think when a request has
+    no ``thinking`` (the binding models always do). ``summarize(messages, instructions)``: the
+    compaction summary. ``secret``: the HMAC key (random unless given).
     """
 
     def __init__(
@@ -70,6 +74,7 @@ class ProviderRules:
         reject_thinking_when_disabled: bool = True,
         can_read: Callable[[str, str], bool] | None = None,
         summarize: Callable[[Sequence[Any], str | None], str] = default_summary,
+        thinking_by_default: Sequence[str] = THINKING_BY_DEFAULT,
         secret: bytes | None = None,
     ) -> None:
         if default_behavior not in ("error", "drop_block"):
@@ -81,6 +86,7 @@ class ProviderRules:
             leading_thinking_modes=frozenset(leading_thinking_modes),
             reject_thinking_when_disabled=reject_thinking_when_disabled,
             can_read=can_read or self._default_can_read,
+            thinking_by_default=tuple(thinking_by_default),
         )
         self.summarize = summarize
         self.signer = Signer(secret if secret is not None else os.urandom(32))
@@ -143,7 +149,7 @@ class ProviderRules:
         message_id = message_id or self.next_id("msg")
         metadata = body.get("metadata")
         user_id = metadata.get("user_id") if isinstance(metadata, Mapping) else None
-        binding = thinking_binding(body, frozenset(betas), self.binds(model))
+        binding = thinking_binding(body, frozenset(betas), self.settings.thinks_by_default(model))
         current = walker(body, self.signer).walk()
         messages = body.get("messages")
         index = len(messages) if isinstance(messages, list) else 0
