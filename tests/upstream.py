@@ -234,7 +234,10 @@ class FakeUpstream:
         """Check every Messages request against ``rules`` from now on (``None``: stop)."""
         self.rules = rules
 
-    def _take(self, recorded: RecordedRequest, verdict: Verdict | None = None) -> Reply | Stream | Reset | Hang | None:
+    def _take(self, recorded: RecordedRequest) -> Script | None:
+        return self._pop(recorded, None)
+
+    def _pop(self, recorded: RecordedRequest, verdict: Verdict | None) -> Reply | Stream | Reset | Hang | None:
         if not self._script:
             return None
         entry = self._script.pop(0)
@@ -275,8 +278,11 @@ class FakeUpstream:
         self.requests.append(recorded)
         self.active += 1
         try:
-            verdict = self._check(recorded) if self.rules is not None else None
-            entry = self._ruled(recorded, verdict) or self._take(recorded, verdict) or self._default(recorded, verdict)
+            if self.rules is None:
+                entry = self._take(recorded) or self._default(recorded)
+            else:
+                verdict = self._check(recorded)
+                entry = self._ruled(recorded, verdict) or self._pop(recorded, verdict) or self._ruled_default(recorded, verdict)
             response = await self._answer(request, entry)
             self.completed += 1
             return response
@@ -337,11 +343,14 @@ class FakeUpstream:
             return Stream(events=[frame(name, data) for name, data in self.rules.stream_events(message)])
         return Reply(message)
 
-    def _default(self, recorded: RecordedRequest, verdict: Verdict | None = None) -> Reply | Stream:
+    def _ruled_default(self, recorded: RecordedRequest, verdict: Verdict | None) -> Reply | Stream:
+        if verdict is not None and verdict.endpoint == "messages":
+            return self._turn(recorded, Turn(text="Hello from the fake upstream."), verdict)
+        return self._default(recorded)
+
+    def _default(self, recorded: RecordedRequest) -> Reply | Stream:
         if recorded.path.endswith("/messages/count_tokens"):
             return Reply({"input_tokens": len(recorded.body) // 4})
-        if recorded.path.endswith("/messages") and self.rules is not None and verdict is not None:
-            return self._turn(recorded, Turn(text="Hello from the fake upstream."), verdict)
         if recorded.path.endswith("/messages"):
             data = recorded.json()
             if data.get("stream"):
