@@ -9,6 +9,14 @@ Script entries: :class:`Reply` (JSON or any bytes, status, headers, optional del
 :class:`Stream` (SSE events with pacing, optionally cut after N events or mid-event, or held
 before an event until the test releases it),
 :class:`Reset` (connection closed before any header), :class:`Hang` (never answers).
+
+Opt-in provider rules (``FakeUpstream(rules=ProviderRules())`` or ``use_rules``, see
+``tests/provider_rules``): every ``POST /v1/messages`` and ``/v1/messages/count_tokens`` is
+checked first; a violation is answered with the provider's error (never reaching the script), an
+on-demand compaction request is answered by the rules (without taking a script entry), and a
+script entry may then be a :class:`Turn`, built for the request it answers (signed thinking,
+``input_transformations``). Each check's :class:`Verdict` is kept in ``verdicts``. Without rules
+nothing of this runs.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 from multidict import CIMultiDict
+
+from tests.provider_rules import ProviderRules, Turn, Verdict, betas_of
 
 _ids = itertools.count(1)
 
@@ -188,7 +198,7 @@ class Hang:
     """Never answer (until the client gives up)."""
 
 
-Script = Reply | Stream | Reset | Hang | Callable[["RecordedRequest"], "Reply | Stream | Reset | Hang"]
+Script = Reply | Stream | Reset | Hang | Turn | Callable[["RecordedRequest"], "Reply | Stream | Reset | Hang | Turn"]
 
 
 @dataclass(frozen=True)
@@ -208,7 +218,9 @@ class RecordedRequest:
 
 
 class FakeUpstream:
-    def __init__(self) -> None:
+    def __init__(self, rules: ProviderRules | None = None) -> None:
+        self.rules = rules
+        self.verdicts: list[Verdict] = []  # one per request the rules checked
         self.requests: list[RecordedRequest] = []
         self._script: list[Script] = []
         self.active = 0
@@ -222,12 +234,21 @@ class FakeUpstream:
     def script(self, *entries: Script) -> None:
         self._script.extend(entries)
 
+    def use_rules(self, rules: ProviderRules | None) -> None:
+        """Check every Messages request against ``rules`` from now on (``None``: stop)."""
+        self.rules = rules
+
     def _take(self, recorded: RecordedRequest) -> Script | None:
+        return self._pop(recorded, None)
+
+    def _pop(self, recorded: RecordedRequest, verdict: Verdict | None) -> Reply | Stream | Reset | Hang | None:
         if not self._script:
             return None
         entry = self._script.pop(0)
-        if callable(entry) and not isinstance(entry, Reply | Stream | Reset | Hang):
-            return entry(recorded)
+        if callable(entry) and not isinstance(entry, Reply | Stream | Reset | Hang | Turn):
+            entry = entry(recorded)
+        if isinstance(entry, Turn):
+            return self._turn(recorded, entry, verdict)
         return entry
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -261,7 +282,11 @@ class FakeUpstream:
         self.requests.append(recorded)
         self.active += 1
         try:
-            entry = self._take(recorded) or self._default(recorded)
+            if self.rules is None:
+                entry = self._take(recorded) or self._default(recorded)
+            else:
+                verdict = self._check(recorded)
+                entry = self._ruled(recorded, verdict) or self._pop(recorded, verdict) or self._ruled_default(recorded, verdict)
             response = await self._answer(request, entry)
             self.completed += 1
             return response
@@ -270,6 +295,62 @@ class FakeUpstream:
             raise
         finally:
             self.active -= 1
+
+    # -- provider rules (opt-in) ------------------------------------------------------------
+    def _check(self, recorded: RecordedRequest) -> Verdict | None:
+        assert self.rules is not None
+        if recorded.method != "POST":
+            return None
+        if recorded.path.endswith("/messages/count_tokens"):
+            endpoint = "count_tokens"
+        elif recorded.path.endswith("/messages"):
+            endpoint = "messages"
+        else:
+            return None
+        try:
+            body = recorded.json()
+        except (ValueError, OSError):
+            return None
+        if not isinstance(body, dict):
+            return None
+        verdict = self.rules.check(endpoint, body, betas_of(recorded.headers.getall("anthropic-beta", [])))
+        self.verdicts.append(verdict)
+        return verdict
+
+    def _ruled(self, recorded: RecordedRequest, verdict: Verdict | None) -> Reply | Stream | None:
+        """The rules' own answer: the error of a rejected request, or a compaction's block."""
+        if verdict is None or self.rules is None:
+            return None
+        if verdict.rejection is not None:
+            request_id = _next_id("req")
+            return Reply(
+                verdict.rejection.body(request_id),
+                status=verdict.rejection.status,
+                headers={"request-id": request_id, "x-should-retry": "true" if verdict.rejection.status >= 500 else "false"},
+            )
+        if verdict.compaction:
+            body = recorded.json()
+            message = self.rules.compaction_answer(body, betas_of(recorded.headers.getall("anthropic-beta", [])), verdict)
+            return self._as_answer(body, message)
+        return None
+
+    def _turn(self, recorded: RecordedRequest, turn: Turn, verdict: Verdict | None) -> Reply | Stream:
+        if self.rules is None:
+            raise AssertionError("a Turn script entry needs FakeUpstream(rules=ProviderRules(...))")
+        body = recorded.json()
+        message = self.rules.answer(body, betas_of(recorded.headers.getall("anthropic-beta", [])), turn, verdict)
+        return self._as_answer(body, message)
+
+    def _as_answer(self, body: Any, message: dict[str, Any]) -> Reply | Stream:
+        assert self.rules is not None
+        if isinstance(body, dict) and body.get("stream"):
+            return Stream(events=[frame(name, data) for name, data in self.rules.stream_events(message)])
+        return Reply(message)
+
+    def _ruled_default(self, recorded: RecordedRequest, verdict: Verdict | None) -> Reply | Stream:
+        if verdict is not None and verdict.endpoint == "messages":
+            return self._turn(recorded, Turn(text="Hello from the fake upstream."), verdict)
+        return self._default(recorded)
 
     def _default(self, recorded: RecordedRequest) -> Reply | Stream:
         if recorded.path.endswith("/messages/count_tokens"):
