@@ -237,7 +237,10 @@ def share(threshold: int = 40_000) -> dict[str, Any]:
         had_tool = False
         for turn, k in enumerate(ks, 1):
             request = messages[:k]
-            naming = TranscriptNaming(session, 1) if session else None
+            # offline, the transcript as the proxy records a conversation from its start:
+            # message i is event i + 1 (looked up by key online)
+            recorded = tuple((i, i + 1) for i in range(k))
+            naming = TranscriptNaming(session, "", recorded) if session else None
             outcome = compact(
                 CompactionInput(conversation.system, conversation.tools, request, "claude-sonnet-4-5", artifact_session=session, transcript=naming),
                 policy, counter, plans, "bench",

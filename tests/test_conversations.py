@@ -160,6 +160,14 @@ class Model:
 
 @pytest.fixture
 def proxy(loop_thread: LoopThread, upstream: FakeUpstream, tmp_path: Path) -> Iterator[ProxyServer]:
+    server = conversations_proxy(loop_thread, upstream, tmp_path)
+    yield server
+    loop_thread.run(server.stop())
+
+
+def conversations_proxy(loop_thread: LoopThread, upstream: FakeUpstream, tmp_path: Path) -> ProxyServer:
+    """A started proxy (keys mode, tenant ``team`` with transcript and artifact roots, a low
+    threshold, a summary model) on ``upstream``."""
     policies = tmp_path / "policies"
     policies.mkdir()
     roots = tmp_path / "roots"
@@ -193,8 +201,7 @@ def proxy(loop_thread: LoopThread, upstream: FakeUpstream, tmp_path: Path) -> It
     )
     server = ProxyServer(config)
     loop_thread.run(server.start())
-    yield server
-    loop_thread.run(server.stop())
+    return server
 
 
 def _client(proxy: ProxyServer, name: str) -> anthropic.Anthropic:
