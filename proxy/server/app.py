@@ -336,6 +336,8 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
         prepared, learn_from = _guard_thinking(
             guard, service, prepared, parsed.body, body, raw, headers, extra_headers
         )
+    for beta in prepared.betas:  # what the view itself needs (the provider's compaction block)
+        with_beta(headers, beta)
     if prepared.changed:
         headers.popall("Content-Encoding", None)  # a re-serialised body is sent as identity
     forwarder = app[FORWARDER]

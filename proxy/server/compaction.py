@@ -40,7 +40,12 @@ from proxy.core.compaction import (
 from proxy.core.compaction.bridge import TranscriptNaming
 from proxy.core.compaction.context import compaction_end
 from proxy.core.compaction.digest import Digests, Resent
-from proxy.core.compaction.provider import COMPACT_BETA, CompactionCall, block_of_answer
+from proxy.core.compaction.provider import (
+    COMPACT_BETA,
+    CompactionCall,
+    block_of_answer,
+    leads_with_compaction,
+)
 from proxy.core.compaction.retrieval import offer_tool, plan_names_pointers
 from proxy.core.conversation import Conversation
 from proxy.core.durable import InvalidWrite
@@ -198,6 +203,9 @@ class Prepared:
     # The forwarded body as a value, when compaction changed it (``None``: the body the edge
     # handed in is what ``body`` holds)
     forwarded: dict[str, Any] | None = None
+    # betas the forwarded body needs beside the client's: the view leads with the provider's
+    # compaction block (``summary.mode: provider``), which needs its beta on every request
+    betas: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,13 +433,16 @@ class CompactionService:
         if not result.changed:
             return Prepared(as_sent, changed_by_edge, report, key, estimate, result)
         view = {**body, "messages": result.messages}
+        betas = (COMPACT_BETA,) if leads_with_compaction(result.messages) else ()
         offered = _with_retrieval(view, result, config) if offer_retrieval else None
         if offered is not None:
             return Prepared(
                 orjson.dumps(offered), True, report, key, estimate, result, offered,
-                forwarded=offered,
+                forwarded=offered, betas=betas,
             )
-        return Prepared(orjson.dumps(view), True, report, key, estimate, result, forwarded=view)
+        return Prepared(
+            orjson.dumps(view), True, report, key, estimate, result, forwarded=view, betas=betas
+        )
 
     def deferred(self, prepared: Prepared, body: bytes, changed: bool) -> Prepared:
         """``prepared`` with compaction undone: ``body`` forwarded instead (the client's own

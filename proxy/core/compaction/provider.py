@@ -41,6 +41,7 @@ __all__ = [
     "CompactionCall",
     "block_of_answer",
     "compaction_call",
+    "leads_with_compaction",
     "parse_block",
 ]
 
@@ -115,6 +116,15 @@ def block_of_answer(message: Mapping[str, Any]) -> str | None:
     if len(blocks) != 1 or not _is_block(blocks[0]):
         return None
     return orjson.dumps(blocks[0]).decode()
+
+
+def leads_with_compaction(messages: Sequence[Message]) -> bool:
+    """Whether a view leads with a compaction block (its requests need ``COMPACT_BETA``)."""
+    if not messages:
+        return False
+    content = messages[0].get("content")
+    first = content[0] if isinstance(content, list) and content else None
+    return isinstance(first, Mapping) and first.get("type") == "compaction"
 
 
 def parse_block(text: str | None) -> dict[str, Any] | None:
