@@ -1497,10 +1497,10 @@ async def _sdk_probe(upstream_url: str, calls: int) -> dict[str, Any]:
     from multidict import CIMultiDict, CIMultiDictProxy
 
     from proxy.config import CompactionConfig
-    from proxy.server.compaction import (
+    from proxy.server.compaction.service import (
         CompactionService,  # imports anthropic, like the proxy at start
     )
-    from proxy.server.metrics import new_metrics
+    from proxy.server.http.metrics import new_metrics
 
     transcript = load_transcript()
     messages, _ = conversation(transcript, 100_000, "sdk", TokenCounter(), _line_pool(transcript))

@@ -36,8 +36,7 @@ from proxy.errors import (
     error_body,
     new_request_id,
 )
-from proxy.server.accumulate import AnswerAccumulator
-from proxy.server.admin import add_admin_routes
+from proxy.server.admin.routes import add_admin_routes
 from proxy.server.appkeys import (
     COMPACTION,
     CONFIG,
@@ -54,26 +53,32 @@ from proxy.server.appkeys import (
     ProxyState,
     TenancyHolder,
 )
-from proxy.server.compaction import OPT_OUT_HEADER, CompactionService, Prepared, compaction_runs
-from proxy.server.durable import (
+from proxy.server.compaction.naming import transcript_naming
+from proxy.server.compaction.service import (
+    OPT_OUT_HEADER,
+    CompactionService,
+    Prepared,
+    compaction_runs,
+)
+from proxy.server.compaction.thinking import THINKING_HEADER, ThinkingGuard, with_beta
+from proxy.server.context.durable import (
     DurableContext,
     conversation_from,
     with_system_block,
 )
-from proxy.server.forward import (
+from proxy.server.context.retrieval import RetrievalLoop
+from proxy.server.http.metrics import CONTENT_TYPE, new_metrics
+from proxy.server.http.readiness import StoreReadiness
+from proxy.server.ledger import LEDGER, ClientCall, LedgerRecorder, calls_for
+from proxy.server.maintenance.retention import retention_ctx
+from proxy.server.relay.accumulate import AnswerAccumulator
+from proxy.server.relay.forward import (
     MESSAGES_ACCEPT_ENCODING,
     Forwarder,
     read_limited,
     request_headers_for_upstream,
 )
-from proxy.server.ledger import LEDGER, ClientCall, LedgerRecorder, calls_for
-from proxy.server.metrics import CONTENT_TYPE, new_metrics
-from proxy.server.naming import transcript_naming
-from proxy.server.readiness import StoreReadiness
-from proxy.server.retention import retention_ctx
-from proxy.server.retrieval import RetrievalLoop
-from proxy.server.thinking import THINKING_HEADER, ThinkingGuard, with_beta
-from proxy.server.usage import UsageTap
+from proxy.server.relay.usage import UsageTap
 from proxy.sources.resolver import SourceResolver
 from proxy.store import open_store
 from proxy.tenants import load_tenancy
@@ -438,7 +443,7 @@ def _guard_thinking(
     extra_headers: dict[str, str],
 ) -> tuple[Prepared, int]:
     """A binding model's request: what ``ThinkingGuard`` says to forward (see
-    ``proxy.server.thinking``), and where the answer's blocks will stand."""
+    ``proxy.server.compaction.thinking``), and where the answer's blocks will stand."""
     forwarded = prepared.forwarded if prepared.forwarded is not None else decided
     digests = prepared.result.digests if prepared.result is not None else None
     own = digests.own if digests is not None and digests.hashed else ()

@@ -47,11 +47,15 @@ from proxy.core.durable import InvalidWrite
 from proxy.core.limits import Limits, ModelWindow, betas_of
 from proxy.core.tokens import Calibration, Canonical, TokenCounter
 from proxy.errors import PromptTooLong
-from proxy.server.counting import Counting, count_while_forwarding, with_digests
-from proxy.server.metrics import Metrics
-from proxy.server.naming import transcript_sequences
-from proxy.server.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of
-from proxy.server.summary_client import SummaryClient, SummaryFailed, summary_auth_headers
+from proxy.server.compaction.counting import Counting, count_while_forwarding, with_digests
+from proxy.server.compaction.naming import transcript_sequences
+from proxy.server.compaction.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of
+from proxy.server.compaction.summary_client import (
+    SummaryClient,
+    SummaryFailed,
+    summary_auth_headers,
+)
+from proxy.server.http.metrics import Metrics
 from proxy.store import Store, StoreError
 
 log = logging.getLogger("context_proxy.compaction")

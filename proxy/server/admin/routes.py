@@ -89,12 +89,12 @@ from proxy.errors import (
     error_body,
     new_request_id,
 )
-from proxy.server.admin_audit import get_audit
-from proxy.server.admin_source import get_source
-from proxy.server.admin_transcripts import get_agents, get_transcript
-from proxy.server.admin_usage import usage_routes
+from proxy.server.admin.audit import get_audit
+from proxy.server.admin.source import get_source
+from proxy.server.admin.transcripts import get_agents, get_transcript
+from proxy.server.admin.usage import usage_routes
 from proxy.server.appkeys import ADMIN_REQUEST_ID, RESOLVER, SOURCE_CHECKS, STORE, TENANCY
-from proxy.server.forward import read_limited
+from proxy.server.relay.forward import read_limited
 from proxy.sources.checks import SourceChecks
 from proxy.store.base import HistoryEntry, Store, StoreError
 from proxy.tenants import Tenant
@@ -661,7 +661,7 @@ def add_admin_routes(app: web.Application) -> None:
     r.add_get(PREFIX + "/manifests/{compaction_id}", _admin(get_manifest), name="admin_manifest")
     r.add_get(PREFIX + "/audit", _admin(get_audit), name="admin_audit")
     r.add_get(session + "/source", _admin(get_source), name="admin_source")
-    for path, handler, name in usage_routes():  # the usage ledger: proxy.server.admin_usage
+    for path, handler, name in usage_routes():  # the usage ledger: proxy.server.admin.usage
         r.add_get(PREFIX + path, _admin(handler), name=name)
     r.add_route("*", PREFIX + "/{tail:.*}", _admin(not_found), name="admin_other")
     app.cleanup_ctx.append(_source_checks)
