@@ -238,7 +238,7 @@ class ExtractiveSummariser:
 
 
 class UpstreamSummariser:
-    """The edge's summary call (``CompactionService._summarize``), made with the anthropic SDK
+    """The edge's summary call (``proxy.server.compaction.summaries.Summaries.summarize``), made with the anthropic SDK
     against ``base_url`` with the key from the environment. Failures answer ``None``."""
 
     def __init__(self, base_url: str, api_key: str, config: SummaryConfig) -> None:
