@@ -1517,7 +1517,8 @@ async def _sdk_probe(upstream_url: str, calls: int) -> dict[str, Any]:
     rows = []
     try:
         for _ in range(calls):
-            text, row = await _lag_during(service.summaries.summarize(outcome.summary_request, headers))
+            call = service.summaries.summarize(outcome.summary_request, headers)
+            text, row = await _lag_during(call)
             row["ok"] = bool(text)
             rows.append(row)
     finally:

@@ -1,4 +1,4 @@
-"""``context-proxy admin ...``: a thin client of the admin API (``proxy.server.admin.routes``).
+"""``context-proxy admin ...``: a thin client of the admin API (``proxy.server.admin``).
 
 Standard library only. Every command is one or two HTTP calls; answers are printed as JSON on
 stdout. Exit status: 0 success, 1 the API answered with an error (its JSON body goes to stderr),

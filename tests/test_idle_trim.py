@@ -1,4 +1,5 @@
-"""Memory goes back to the system when the proxy goes idle after a burst (proxy/server/maintenance/idle_trim)."""
+"""Memory goes back to the system when the proxy goes idle after a burst
+(proxy/server/maintenance/idle_trim.py)."""
 
 from __future__ import annotations
 

@@ -238,8 +238,9 @@ class ExtractiveSummariser:
 
 
 class UpstreamSummariser:
-    """The edge's summary call (``proxy.server.compaction.summaries.Summaries.summarize``), made with the anthropic SDK
-    against ``base_url`` with the key from the environment. Failures answer ``None``."""
+    """The edge's summary call (``proxy.server.compaction.summaries.Summaries.summarize``), made
+    with the anthropic SDK against ``base_url`` with the key from the environment. Failures answer
+    ``None``."""
 
     def __init__(self, base_url: str, api_key: str, config: SummaryConfig) -> None:
         import anthropic
@@ -248,7 +249,8 @@ class UpstreamSummariser:
         self.calls = 0
         self.failures: list[str] = []
         # the credentials travel as the edge forwards an x-api-key client's own
-        # (``proxy.server.compaction.summary_client.summary_auth_headers``): X-Api-Key, no Authorization
+        # (``proxy.server.compaction.summary_client.summary_auth_headers``): X-Api-Key, no
+        # Authorization
         self._auth: dict[str, Any] = {"X-Api-Key": api_key, "Authorization": anthropic.omit}
         self._client = anthropic.Anthropic(
             base_url=base_url,
