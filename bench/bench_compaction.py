@@ -1492,15 +1492,15 @@ async def _lag_during(coro: Any, tick: float = 0.001) -> tuple[Any, dict[str, An
 
 
 async def _sdk_probe(upstream_url: str, calls: int) -> dict[str, Any]:
-    """In a fresh process: the proxy's own ``CompactionService._summarize`` (the anthropic SDK
+    """In a fresh process: the proxy's own ``Summaries.summarize`` (the anthropic SDK
     call for L4), as the proxy builds it, against the fake upstream; loop lateness per call."""
     from multidict import CIMultiDict, CIMultiDictProxy
 
     from proxy.config import CompactionConfig
-    from proxy.server.compaction import (
+    from proxy.server.compaction.service import (
         CompactionService,  # imports anthropic, like the proxy at start
     )
-    from proxy.server.metrics import new_metrics
+    from proxy.server.http.metrics import new_metrics
 
     transcript = load_transcript()
     messages, _ = conversation(transcript, 100_000, "sdk", TokenCounter(), _line_pool(transcript))
@@ -1517,7 +1517,8 @@ async def _sdk_probe(upstream_url: str, calls: int) -> dict[str, Any]:
     rows = []
     try:
         for _ in range(calls):
-            text, row = await _lag_during(service._summarize(outcome.summary_request, headers))
+            call = service.summaries.summarize(outcome.summary_request, headers)
+            text, row = await _lag_during(call)
             row["ok"] = bool(text)
             rows.append(row)
     finally:
@@ -1841,7 +1842,7 @@ def print_report(res: dict[str, Any]) -> None:
     if sc:
         print()
         print(
-            f"3c. The L4 summary call (CompactionService._summarize, anthropic SDK) in a fresh process, "
+            f"3c. The L4 summary call (Summaries.summarize, anthropic SDK) in a fresh process, "
             f"{sc['summary_request_chars'] // 1024} KiB prompt; lateness of a 1 ms asyncio ticker:"
         )
         for label, rows in (

@@ -16,7 +16,7 @@ def _setup_logging(level: str, fmt: str = "text") -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from proxy.server.runner import serve
+    from proxy.server.http.runner import serve
 
     try:
         config = load_config(config_path_from_env(args.config))

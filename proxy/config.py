@@ -162,8 +162,8 @@ class LimitsConfig:
     max_body_bytes: int = field(default=32 * 1024 * 1024, metadata=_check(_positive))
     # Requests handled at once; beyond it the proxy answers 529 overloaded_error.
     max_concurrent_requests: int = field(default=4096, metadata=_check(_positive))
-    # Slow and idle clients (proxy/server/connections.py): seconds to receive a complete request
-    # head; longest silence while reading a body; keep-alive between requests; open client
+    # Slow and idle clients (proxy/server/http/connections.py): seconds to receive a complete
+    # request head; longest silence while reading a body; keep-alive between requests; open client
     # connections (beyond it the longest-waiting connection without a request in progress is
     # closed, else the new one).
     header_timeout: float = field(default=10.0, metadata=_check(_positive))
@@ -310,8 +310,9 @@ class ArtifactRetention:
 
 @dataclass(frozen=True, slots=True)
 class RetentionConfig:
-    """``retention:``: what the garbage collector deletes (proxy/server/retention.py). The kinds
-    can be overridden per tenant in its policy file; the scheduling keys are per process."""
+    """``retention:``: what the garbage collector deletes (proxy/server/maintenance/retention.py).
+    The kinds can be overridden per tenant in its policy file; the scheduling keys are per
+    process."""
 
     enabled: bool = True
     interval_seconds: float = field(default=3600.0, metadata=_check(_positive))

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from proxy.config import Config, parse_config
 from proxy.server.app import build_app
-from proxy.server.runner import make_runner
+from proxy.server.http.runner import make_runner
 
 T = TypeVar("T")
 

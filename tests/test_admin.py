@@ -26,7 +26,7 @@ from aiohttp import web
 from proxy.config import parse_config
 from proxy.core.durable import DurableState, Item
 from proxy.core.render import render_state
-from proxy.server.admin import add_admin_routes
+from proxy.server.admin.routes import add_admin_routes
 from proxy.server.appkeys import RESOLVER, STORE, TENANCY, TenancyHolder
 from proxy.sources.artifact_files import write_artifact
 from proxy.sources.pointer_resolver import PointerResolver
@@ -764,7 +764,7 @@ def test_preview_is_the_injected_block_with_excerpts_only_beside_it(admin: Admin
     assert CANARY not in preview["block"] and "evidence_sha256=" in preview["block"]
 
     # ...and it is what the edge injects for this session
-    from proxy.server.durable import DurableContext
+    from proxy.server.context.durable import DurableContext
 
     durable = DurableContext(admin.store, SourceResolver())
     try:
@@ -1155,7 +1155,7 @@ def test_a_resource_error_while_checking_sources_is_never_a_500(admin: Admin) ->
     import errno
 
     from proxy.core.render import render_unavailable
-    from proxy.server.durable import DurableContext
+    from proxy.server.context.durable import DurableContext
     from proxy.sources.checks import SourceChecks
 
     acme = admin.acme

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from proxy.config import ConfigError, parse_config
-from proxy.server.app import BODIES
+from proxy.server.messages import BODIES
 from tests.upstream import FakeUpstream
 
 KEY = "sk-ant-memo-config-test-000111"

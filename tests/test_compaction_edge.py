@@ -148,7 +148,7 @@ def test_whether_compaction_runs_is_one_decision(enabled: bool, header: str | No
     """The edge (whether the nesting check makes canonical JSON for compaction) and the service
     (whether it compacts) ask the same question."""
     from proxy.config import CompactionConfig
-    from proxy.server.compaction import compaction_runs
+    from proxy.server.compaction.service import compaction_runs
 
     headers = {} if header is None else {"x-compaction": header}
     assert compaction_runs(headers, CompactionConfig(enabled=enabled)) is runs

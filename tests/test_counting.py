@@ -21,7 +21,7 @@ from proxy.core.compaction import CompactionInput, Done, PlanCache, compact
 from proxy.core.compaction.bound import tokens_at_most
 from proxy.core.compaction.digest import digests
 from proxy.core.tokens import TokenCounter
-from proxy.server.compaction import result_headers
+from proxy.server.compaction.service import result_headers
 from tests.upstream import FakeUpstream
 
 KEY = "sk-ant-counting-test-000111"
@@ -129,8 +129,8 @@ async def test_which_requests_are_counted_while_forwarded() -> None:
     threshold's reach, or opted out: as ever (compacted or reported before forwarding)."""
     from multidict import CIMultiDict, CIMultiDictProxy
 
-    from proxy.server.compaction import CompactionService
-    from proxy.server.metrics import new_metrics
+    from proxy.server.compaction.service import CompactionService
+    from proxy.server.http.metrics import new_metrics
 
     service = CompactionService(CompactionConfig(), "http://127.0.0.1:9", new_metrics())
     headers = CIMultiDictProxy(CIMultiDict({"x-api-key": KEY}))
@@ -164,8 +164,8 @@ async def test_a_large_body_never_seen_is_hashed_in_the_thread_not_on_the_loop()
     hashed and counted) in a worker thread as ever, not bounded on the event loop first."""
     from multidict import CIMultiDict, CIMultiDictProxy
 
-    from proxy.server.compaction import CompactionService
-    from proxy.server.metrics import new_metrics
+    from proxy.server.compaction.service import CompactionService
+    from proxy.server.http.metrics import new_metrics
 
     config = CompactionConfig(offload_bytes=8192)
     service = CompactionService(config, "http://127.0.0.1:9", new_metrics())
@@ -205,9 +205,9 @@ async def test_a_usual_turn_is_counted_on_the_loop_once_forwarded_a_large_one_in
     worker thread. Either way the report is what counting first gives."""
     from multidict import CIMultiDict, CIMultiDictProxy
 
-    from proxy.server.compaction import CompactionService
-    from proxy.server.counting import DEFER_BYTES, LOOP_BYTES
-    from proxy.server.metrics import new_metrics
+    from proxy.server.compaction.counting import DEFER_BYTES, LOOP_BYTES
+    from proxy.server.compaction.service import CompactionService
+    from proxy.server.http.metrics import new_metrics
 
     service = CompactionService(CompactionConfig(), "http://127.0.0.1:9", new_metrics())
     where = service.counter = _Where()
@@ -241,9 +241,9 @@ async def test_a_request_s_messages_are_dumped_and_hashed_once(monkeypatch: Any)
     from multidict import CIMultiDict, CIMultiDictProxy
 
     import proxy.core.compaction.digest as digest_module
-    import proxy.server.plan_reads as plan_reads
-    from proxy.server.compaction import CompactionService
-    from proxy.server.metrics import new_metrics
+    import proxy.server.compaction.plan_reads as plan_reads
+    from proxy.server.compaction.service import CompactionService
+    from proxy.server.http.metrics import new_metrics
 
     dumped: list[int] = []
     anchors: list[int] = []

@@ -29,8 +29,8 @@ from proxy.core.compaction.digest import digests
 from proxy.core.conversation import Conversation as ConversationId
 from proxy.core.event_keys import message_key
 from proxy.core.thinking import PrefixKeys, thinking_blocks
-from proxy.server.durable import DurableContext
-from proxy.server.plan_reads import anchor_of
+from proxy.server.compaction.plan_reads import anchor_of
+from proxy.server.context.durable import DurableContext
 from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import SourceResolver
 from proxy.store import open_store

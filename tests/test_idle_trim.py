@@ -1,4 +1,5 @@
-"""Memory goes back to the system when the proxy goes idle after a burst (proxy/server/idle_trim)."""
+"""Memory goes back to the system when the proxy goes idle after a burst
+(proxy/server/maintenance/idle_trim.py)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from proxy.config import Config
-from proxy.server import idle_trim
 from proxy.server.appkeys import ProxyState
-from proxy.server.idle_trim import TrimSchedule, release_memory, release_when_idle
+from proxy.server.http.metrics import new_metrics
 from proxy.server.ledger import LedgerRecorder
-from proxy.server.metrics import new_metrics
+from proxy.server.maintenance import idle_trim
+from proxy.server.maintenance.idle_trim import TrimSchedule, release_memory, release_when_idle
 from proxy.store import open_store
 from proxy.store.usage import UsageQuery
 from tests.harness import LoopThread
@@ -133,7 +134,7 @@ def test_written_ledger_rows_are_not_kept(tmp_path: Path, loop_thread: LoopThrea
 def _allocator_in(env: dict[str, str]) -> str:
     """What ``small_object_allocator`` says in a fresh interpreter with ``env``."""
     out = subprocess.run(
-        [sys.executable, "-c", "from proxy.server.idle_trim import small_object_allocator as a; print(a())"],
+        [sys.executable, "-c", "from proxy.server.maintenance.idle_trim import small_object_allocator as a; print(a())"],
         capture_output=True, text=True, check=True, env=env, cwd=ROOT,
     )
     return out.stdout.strip()

@@ -22,7 +22,7 @@ import pytest
 from proxy.core.ledger import PriceTable, cost_of, row_sums, usage_from
 from proxy.server.appkeys import METRICS, STORE
 from proxy.server.ledger import LEDGER, record_upstream_call
-from proxy.server.retention import RETENTION
+from proxy.server.maintenance.retention import RETENTION
 from proxy.store.usage import UsageQuery
 from tests.harness import LoopThread, ProxyServer
 from tests.pg_server import fresh_schema
@@ -413,7 +413,7 @@ def test_sessions_filter_sort_and_page(
     assert middle["cost_usd"]["total"] == pytest.approx(3000 * 3 / 1e6 + 15 / 1e6)
     # an answer never holds part of a range: too many groups is a 400
     monkeypatch.setattr("proxy.store.usage.MAX_GROUPS", 2)
-    monkeypatch.setattr("proxy.server.admin_usage.MAX_GROUPS", 2)
+    monkeypatch.setattr("proxy.server.admin.usage.MAX_GROUPS", 2)
     assert _admin(keyed, loop_thread, "/usage/sessions").status_code == 400
 
 

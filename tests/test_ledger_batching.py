@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from proxy.core.ledger import LedgerEntry
+from proxy.server.http.metrics import new_metrics
 from proxy.server.ledger import LedgerRecorder, record_upstream_call
-from proxy.server.metrics import new_metrics
 from proxy.store import Store, open_store
 from proxy.store.usage import UsageQuery
 from tests.harness import proxy_config

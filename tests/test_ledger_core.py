@@ -27,7 +27,7 @@ from proxy.core.ledger import (
     usage_from,
 )
 from proxy.server.ledger import price_table
-from proxy.server.usage import UsageTap
+from proxy.server.relay.usage import UsageTap
 from tests.upstream import frame
 
 SONNET = Price.standard(3, 15)

@@ -33,8 +33,8 @@ import httpx2 as httpx
 import pytest
 
 from proxy.server.appkeys import METRICS
+from proxy.server.compaction.summary_client import SummaryClient
 from proxy.server.ledger import LEDGER, ClientCall, calls_for, record_upstream_call
-from proxy.server.summary_client import SummaryClient
 from tests.harness import LoopThread, ProxyServer
 from tests.pg_server import fresh_schema
 from tests.test_admin import A_API_KEY, A_TOKEN, _write_policies

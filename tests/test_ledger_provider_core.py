@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from proxy.core.ledger import Price, Usage, cost_of, merge_usage, row_sums, savings_of
 from proxy.core.provider_notes import MAX_ENTRIES, MAX_TEXT, ProviderNotes, notes_from
 from proxy.core.provider_usage import billing, has_compaction
-from proxy.server.usage import UsageTap
+from proxy.server.relay.usage import UsageTap
 from tests.upstream import frame
 
 SONNET = Price.standard(3, 15)

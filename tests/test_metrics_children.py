@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.server.metrics import new_metrics
+from proxy.server.http.metrics import new_metrics
 
 
 def test_a_child_is_the_labelled_child_and_counts_in_the_exposition() -> None:

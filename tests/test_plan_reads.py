@@ -16,7 +16,7 @@ from proxy.core.compaction import Plan, PlanCache, prefix_hashes
 from proxy.core.compaction.digest import Resent, digests
 from proxy.core.compaction.view import FromClient
 from proxy.server.appkeys import COMPACTION, STORE
-from proxy.server.plan_reads import AbsentPlans, PlanReads, anchor_of
+from proxy.server.compaction.plan_reads import AbsentPlans, PlanReads, anchor_of
 from proxy.store import StoreUnavailable, open_store
 from proxy.tenants import DEFAULT_TENANT
 from tests.harness import LoopThread, ProxyServer

@@ -1,4 +1,4 @@
-"""``/readyz`` answers from the store as requests see it (proxy/server/readiness.py): not ready
+"""``/readyz`` answers from the store as requests see it (proxy/server/http/readiness.py): not ready
 while requests' session reads fail, even when a probe of its own would succeed; ready again
 once a session read works; and it reads the store itself only when nothing else has read for a
 while, once for every ``/readyz`` waiting meanwhile.
@@ -18,7 +18,7 @@ import httpx2 as httpx
 import orjson
 
 from proxy.server.appkeys import STATE, STORE
-from proxy.server.readiness import StoreReadiness
+from proxy.server.http.readiness import StoreReadiness
 from proxy.store import SQLiteStore
 from tests.harness import LoopThread
 from tests.pg_server import fresh_schema

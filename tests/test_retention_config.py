@@ -8,7 +8,7 @@ import httpx2 as httpx
 import pytest
 
 from proxy.config import ConfigError, KindRetention, RetentionConfig, load_config, parse_config
-from proxy.server.retention import RETENTION
+from proxy.server.maintenance.retention import RETENTION
 from proxy.tenants import PolicyError, load_tenancy
 from tests.conftest import ProxyFactory
 from tests.harness import LoopThread

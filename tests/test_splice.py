@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core.compaction.retrieval import TOOL_NAME
-from proxy.server.accumulate import AnswerAccumulator
-from proxy.server.splice import Splice, split_events
+from proxy.server.relay.accumulate import AnswerAccumulator
+from proxy.server.relay.splice import Splice, split_events
 from tests.upstream import message_json, message_stream_events
 
 

@@ -38,7 +38,7 @@ from tests.upstream import FakeUpstream
 TOKEN = "cpa-outage-admin-token-5d1c0e7a9b"
 SESSION = "outage-1"
 INTERVAL = 10.0  # proxy.store.health.INTERVAL_SECONDS
-PROBE_AFTER = 5.0  # proxy.server.readiness.PROBE_AFTER_SECONDS
+PROBE_AFTER = 5.0  # proxy.server.http.readiness.PROBE_AFTER_SECONDS
 _LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) (\S+) (.*)$")
 
 

@@ -13,9 +13,14 @@ import orjson
 import pytest
 
 from proxy.core.ledger import LedgerEntry
-from proxy.server import summary_client
+from proxy.server.compaction import summary_client
+from proxy.server.compaction.summary_client import (
+    SummaryClient,
+    SummaryFailed,
+    retry_delay,
+    should_retry,
+)
 from proxy.server.ledger import calls_for
-from proxy.server.summary_client import SummaryClient, SummaryFailed, retry_delay, should_retry
 from tests.harness import ListeningProcess, LoopThread
 from tests.upstream import FakeUpstream, Hang, Reply, Reset, message_json
 
@@ -227,5 +232,5 @@ def test_serving_never_loads_the_anthropic_sdk(
     finally:
         process.stop(graceful=True)
     imported = {line.rsplit("|", 1)[1].strip() for line in process.lines if line.startswith("import time:")}
-    assert "proxy.server.summary_client" in imported and "aiohttp" in imported  # it reports imports
+    assert "proxy.server.compaction.summary_client" in imported and "aiohttp" in imported  # it reports imports
     assert not {name for name in imported if name.split(".")[0] in ("anthropic", "httpx", "pydantic")}

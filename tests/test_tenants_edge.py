@@ -13,7 +13,7 @@ import pytest
 
 from proxy.core.durable import Create, Fact
 from proxy.server.appkeys import DURABLE, RESOLVER, STORE, TENANCY
-from proxy.server.runner import reload_policies
+from proxy.server.http.runner import reload_policies
 from proxy.sources.artifact_files import write_artifact
 from tests.harness import LoopThread, ProxyServer
 from tests.upstream import FakeUpstream

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from proxy.server.usage import UsageTap
+from proxy.server.relay.usage import UsageTap
 from tests.upstream import message_json, text_stream_events
 
 

@@ -50,7 +50,7 @@ from proxy.console.auth import (
 from proxy.console.first_signin import OneTimeSignIn
 from proxy.console.sessions import ConsoleSessions, token_hash
 from proxy.server.appkeys import CONFIG, FORWARDER, METRICS, STATE, STORE, TENANCY
-from proxy.server.forward import read_limited
+from proxy.server.relay.forward import read_limited
 
 __all__ = ["CSP", "add_console_routes"]
 

@@ -10,7 +10,7 @@ one client. Calibration stays 1.0 (there is no provider usage offline).
 Summaries come from a :data:`Summariser`: offline, :class:`ExtractiveSummariser` (deterministic,
 no model: the user's requests, tool names, file paths and the last lines of the summarised turns);
 with an upstream, :class:`UpstreamSummariser` makes the very call the edge makes
-(``proxy/server/compaction.py``) with the anthropic SDK.
+(``proxy/server/compaction/service.py``) with the anthropic SDK.
 
 For every request the runner also measures what the provider's prompt cache would see: the
 tokens of the longest block-level prefix the forwarded request shares with the previous forwarded
@@ -238,8 +238,9 @@ class ExtractiveSummariser:
 
 
 class UpstreamSummariser:
-    """The edge's summary call (``CompactionService._summarize``), made with the anthropic SDK
-    against ``base_url`` with the key from the environment. Failures answer ``None``."""
+    """The edge's summary call (``proxy.server.compaction.summaries.Summaries.summarize``), made
+    with the anthropic SDK against ``base_url`` with the key from the environment. Failures answer
+    ``None``."""
 
     def __init__(self, base_url: str, api_key: str, config: SummaryConfig) -> None:
         import anthropic
@@ -248,7 +249,8 @@ class UpstreamSummariser:
         self.calls = 0
         self.failures: list[str] = []
         # the credentials travel as the edge forwards an x-api-key client's own
-        # (``proxy.server.summary_client.summary_auth_headers``): X-Api-Key, no Authorization
+        # (``proxy.server.compaction.summary_client.summary_auth_headers``): X-Api-Key, no
+        # Authorization
         self._auth: dict[str, Any] = {"X-Api-Key": api_key, "Authorization": anthropic.omit}
         self._client = anthropic.Anthropic(
             base_url=base_url,

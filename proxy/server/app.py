@@ -1,43 +1,33 @@
 """The aiohttp application: routes, typed app keys, one ClientSession, the error middleware.
 
-Handlers stay thin: they load what the core needs, call it, then do the I/O.
+``build_app`` assembles it: the middlewares (errors, admission, auth), the lifecycle
+(``cleanup_ctx``), the small handlers (``HEAD /``, ``/healthz``, ``/readyz``, ``/metrics``, the
+``/v1/*`` passthrough). The messages handler is ``proxy.server.messages``; the admin API
+``proxy.server.admin``. Handlers stay thin: they load what the core needs, call it, then do the
+I/O.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import time
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
-from typing import Any
 
 import aiohttp
-import orjson
 from aiohttp import web
-from multidict import CIMultiDict
 
 from proxy.compaction_policy import model_windows, thinking_overrides
 from proxy.config import Config
 from proxy.console.routes import add_console_routes
-from proxy.core.conversation import Conversation
-from proxy.core.nesting import MAX_DEPTH, check_nesting
-from proxy.core.protocol import scan_messages
-from proxy.core.reparse import BodyMemo, Parsed
-from proxy.core.thinking import BINDING_BETA
+from proxy.core.reparse import BodyMemo
 from proxy.errors import (
     AuthenticationFailed,
-    InvalidRequest,
     NotFound,
     Overloaded,
     ProxyError,
-    RequestTooLarge,
     error_body,
     new_request_id,
 )
-from proxy.server.accumulate import AnswerAccumulator
-from proxy.server.admin import add_admin_routes
+from proxy.server.admin.routes import add_admin_routes
 from proxy.server.appkeys import (
     COMPACTION,
     CONFIG,
@@ -54,26 +44,15 @@ from proxy.server.appkeys import (
     ProxyState,
     TenancyHolder,
 )
-from proxy.server.compaction import OPT_OUT_HEADER, CompactionService, Prepared, compaction_runs
-from proxy.server.durable import (
-    DurableContext,
-    conversation_from,
-    with_system_block,
-)
-from proxy.server.forward import (
-    MESSAGES_ACCEPT_ENCODING,
-    Forwarder,
-    read_limited,
-    request_headers_for_upstream,
-)
-from proxy.server.ledger import LEDGER, ClientCall, LedgerRecorder, calls_for
-from proxy.server.metrics import CONTENT_TYPE, new_metrics
-from proxy.server.naming import transcript_naming
-from proxy.server.readiness import StoreReadiness
-from proxy.server.retention import retention_ctx
-from proxy.server.retrieval import RetrievalLoop
-from proxy.server.thinking import THINKING_HEADER, ThinkingGuard, with_beta
-from proxy.server.usage import UsageTap
+from proxy.server.compaction.service import CompactionService
+from proxy.server.compaction.thinking import ThinkingGuard
+from proxy.server.context.durable import DurableContext
+from proxy.server.http.metrics import CONTENT_TYPE, new_metrics
+from proxy.server.http.readiness import StoreReadiness
+from proxy.server.ledger import LEDGER, LedgerRecorder
+from proxy.server.maintenance.retention import retention_ctx
+from proxy.server.messages import BODIES, handle_messages, route_of, upstream_headers
+from proxy.server.relay.forward import Forwarder
 from proxy.sources.resolver import SourceResolver
 from proxy.store import open_store
 from proxy.tenants import load_tenancy
@@ -82,20 +61,6 @@ log = logging.getLogger("context_proxy.app")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ReadinessCheck = Callable[[], Awaitable[bool]]
-
-# The latest parsed body of each conversation: a re-sent history is not parsed (nor validated,
-# nor hashed) again. See proxy.core.reparse.
-BODIES = web.AppKey("bodies", BodyMemo)
-# The validator's state is kept after each of the last messages of a request: the next turn
-# re-sends the history up to about there (its client moves the cache breakpoint).
-CHECKPOINTS_KEPT = 8
-
-
-
-
-def _route_of(request: web.Request) -> str:
-    name = request.match_info.route.name
-    return name or "other"
 
 
 def _error_response(exc: ProxyError) -> web.Response:
@@ -114,7 +79,7 @@ def _error_response(exc: ProxyError) -> web.Response:
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Renders every ProxyError the Anthropic way; counts every answer by route and status."""
     metrics = request.app[METRICS]
-    route = _route_of(request)
+    route = route_of(request)
     try:
         response = await handler(request)
     except ProxyError as exc:
@@ -166,310 +131,14 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     return await handler(request)
 
 
-def _upstream_headers(request: web.Request, *, messages_route: bool) -> CIMultiDict[str]:
-    """The client's headers for the upstream: hop-by-hop ones dropped, the tenant's upstream
-    credentials applied (set, or removed for ``None``). The messages routes are re-bodied by the
-    proxy (its own length, an encoding it can read) and drop its control header."""
-    headers = request_headers_for_upstream(
-        request.headers,
-        accept_encoding=MESSAGES_ACCEPT_ENCODING if messages_route else None,
-        keep_content_length=not messages_route,
-    )
-    if messages_route:
-        headers.popall(OPT_OUT_HEADER, None)
-    tenancy = request.app[TENANCY].current
-    for name, value in tenancy.upstream_auth_headers(request[REQUEST_TENANT], request.headers).items():
-        headers.popall(name, None)
-        if value is not None:
-            headers[name] = value
-    return headers
-
-
-# --- body handling ---------------------------------------------------------------------------
-
-
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The raw body, bounded by ``limit`` before anything is forwarded (413 otherwise)."""
-    too_large = RequestTooLarge(f"request body exceeds the maximum size of {limit} bytes")
-    if request.content_length is not None and request.content_length > limit:
-        raise too_large
-    body = await read_limited(request.content, limit)
-    if body is None:
-        raise too_large
-    return body
-
-
-def _decoded_for_inspection(request: web.Request, raw: bytes, limit: int) -> bytes:
-    """The JSON text of a body sent with ``Content-Encoding: gzip|deflate`` (forwarded as sent)."""
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    if encoding in ("", "identity"):
-        return raw
-    if encoding not in ("gzip", "deflate", "x-gzip"):
-        raise InvalidRequest(f"unsupported Content-Encoding: {encoding[:40]}")
-    wbits = 31 if "gzip" in encoding else 15
-    try:
-        decoder = zlib.decompressobj(wbits)
-        text = decoder.decompress(raw, limit + 1)
-    except zlib.error:
-        raise InvalidRequest(f"request body is not valid {encoding} data") from None
-    if len(text) > limit or decoder.unconsumed_tail:
-        raise RequestTooLarge(f"request body exceeds the maximum size of {limit} bytes after decoding")
-    return text
-
-
-def _memo_scope(request: web.Request, tenant: str, conversation: Conversation | None) -> str:
-    """Whose remembered bodies a request may continue: its tenant's, and among those only the
-    ones sent with the same credential (without tenant policies every client is the default
-    tenant: one client's bodies, or how fast they parse, tell nothing to another), in the same
-    conversation (a session's agents often open with the same words: each keeps its own body)."""
-    credential = request.headers.get("x-api-key") or request.headers.get("authorization") or ""
-    digest = hashlib.blake2b(credential.encode(), digest_size=8).hexdigest()
-    where = conversation.scope if conversation is not None else ""
-    return f"{tenant}\0{digest}\0{where}"
-
-
-def parse_messages_body(text: bytes, memo: BodyMemo | None = None, scope: str = "") -> Parsed:
-    """The parsed body (through ``memo``: a re-sent history is not parsed again), checked."""
-    try:
-        parsed = memo.parse(scope, text) if memo is not None else Parsed(orjson.loads(text), text, scope)
-    except orjson.JSONDecodeError as exc:
-        if str(exc).startswith("depth limit exceeded"):
-            raise InvalidRequest(
-                f"request body is not valid JSON: nested deeper than {MAX_DEPTH} levels (the"
-                f" proxy's limit for a request body; {exc})"
-            ) from None
-        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
-    body = parsed.body
-    if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object")
-    if "messages" not in body:
-        raise InvalidRequest("messages: Field required")
-    if not isinstance(body["messages"], list):
-        raise InvalidRequest("messages: Input should be a valid list")
-    return parsed
-
-
 # --- handlers --------------------------------------------------------------------------------
-
-
-async def handle_messages(request: web.Request) -> web.StreamResponse:
-    """POST /v1/messages and /v1/messages/count_tokens."""
-    started = time.perf_counter()
-    app = request.app
-    config = app[CONFIG]
-    route = _route_of(request)
-    limit = config.limits.max_body_bytes
-    raw = await read_body(request, limit)
-    app[METRICS].request_bytes.labels(route).observe(len(raw))
-    tenant_policy = request[REQUEST_TENANT]
-    tenant = tenant_policy.name
-    conversation = conversation_from(request.headers)
-    parsed = parse_messages_body(
-        _decoded_for_inspection(request, raw, limit),
-        app[BODIES],
-        _memo_scope(request, tenant, conversation),
-    )
-    body = parsed.body
-    n = len(body["messages"])
-    keep = range(max(0, n - CHECKPOINTS_KEPT), n + 1) if parsed.rememberable else ()
-    # the new messages' canonical JSON, made in the same step, serves compaction (when it runs)
-    too_deep, canonical = check_nesting(
-        body,
-        parsed.reused,
-        parsed.reused_members,
-        make_canonical=compaction_runs(request.headers, tenant_policy.compaction),
-    )
-    if too_deep is not None:
-        raise InvalidRequest(too_deep)
-    violation, checkpoints = scan_messages(body["messages"], parsed.checkpoint, keep)
-    if violation is not None:
-        raise InvalidRequest(violation.message)
-    sources = tenant_policy.sources
-    session = conversation.session if conversation is not None else None
-    durable = app[DURABLE]
-    extra_headers: dict[str, str] = {}
-    faithful: bytes | None = raw
-    shared: tuple[str, ...] = ()  # the durable context's pointers, which every agent sees
-    if conversation is not None:
-        injection = await durable.injection(tenant, sources, conversation.session)
-        extra_headers.update(injection.headers(conversation))
-        shared = injection.sources
-        if injection.block is not None:
-            body = with_system_block(body, injection.block)
-            faithful = None
-    service = app[COMPACTION]
-    headers = _upstream_headers(request, messages_route=True)
-    artifact_session = session if session is not None and sources.artifact_root else None
-    naming = transcript_naming(sources, conversation) if conversation is not None else None
-    recorder = app.get(LEDGER)
-    # queued before compaction runs: naming what it removes reads these events back (settled)
-    recording = conversation is not None and route == "messages"
-    if recording:
-        assert conversation is not None
-        turn = durable.record_request(tenant, sources, conversation, body["messages"])
-    # the calls the proxy makes for this request (summaries) are recorded as the tenant's
-    agent = conversation.agent or None if conversation is not None else None
-    with calls_for(tenant, session, recorder, agent=agent):
-        prepared = await service.prepare(
-            request.headers,
-            body,
-            faithful,
-            tenant,
-            tenant_policy.compaction,
-            artifact_session=artifact_session,
-            upstream_headers=headers,
-            transcript=naming,
-            offer_retrieval=conversation is not None,
-            canonical=canonical,
-            conversation=conversation,
-            settled=(
-                None if conversation is None else lambda: durable.settled(tenant, conversation)
-            ),
-        )
-    extra_headers.update(prepared.headers)
-    result = prepared.result
-    if conversation is not None and result is not None and result.plan_status == "new":
-        await durable.keep_compaction(tenant, sources, conversation, body["messages"], result)
-    guard = app[THINKING]
-    learn_from: int | None = None  # a binding model's answer: where its blocks stand
-    if guard.binds(body.get("model")):
-        prepared, learn_from = _guard_thinking(
-            guard, service, prepared, parsed.body, body, raw, headers, extra_headers
-        )
-    for beta in prepared.betas:  # what the view itself needs (the provider's compaction block)
-        with_beta(headers, beta)
-    if prepared.changed:
-        headers.popall("Content-Encoding", None)  # a re-serialised body is sent as identity
-    forwarder = app[FORWARDER]
-    retrieval = None
-    if prepared.view is not None and conversation is not None and route == "messages":
-        retrieval = RetrievalLoop(
-            forwarder, request, headers, prepared.view, tenant_policy.compaction.retrieval,
-            durable.checks, tenant, sources, conversation, route,
-            settled=lambda: durable.settled(tenant, conversation),
-            shared=shared,
-        )
-    before_upstream = time.perf_counter() - started
-    call = ClientCall(
-        recorder if route == "messages" else None, tenant, session, body, prepared.headers,
-        agent=agent,
-    )
-    try:
-        upstream = await forwarder.open(
-            request, route=route, data=prepared.body, decode=True, headers=headers
-        )
-    except ProxyError as exc:  # 502/504: the compaction outcome is known, and reported
-        prepared = await service.settle(prepared)
-        exc.headers = {**extra_headers, **prepared.headers, **exc.headers}
-        call.record(exc.status, None, None)  # never reached the provider's answer: no usage
-        raise
-    if prepared.counting is not None:  # counted while the provider worked: now reported
-        prepared = await service.settle(prepared)
-        extra_headers.update(prepared.headers)
-        result = prepared.result
-    async with upstream:
-        sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
-        tap = UsageTap(sse=sse)
-        accumulate = recording or learn_from is not None
-        answer = AnswerAccumulator(sse=sse) if accumulate and upstream.status == 200 else None
-
-        def feed(data: bytes) -> None:
-            tap.feed(data)
-            if answer is not None:
-                answer.feed(data)
-
-        try:
-            if retrieval is not None and upstream.status == 200:
-                try:
-                    response, outcome = await retrieval.run(
-                        upstream, extra_headers, before_upstream, feed
-                    )
-                except ProxyError as exc:  # a 502 before the answer: still reported in full
-                    exc.headers = {**extra_headers, **exc.headers}
-                    raise
-            else:
-                response, outcome = await forwarder.relay(
-                    request,
-                    upstream,
-                    decoded=True,
-                    extra_headers=extra_headers,
-                    on_prepared=before_upstream,
-                    route=route,
-                    tap=feed,
-                )
-        finally:
-            if answer is not None:
-                message = answer.message()
-                if learn_from is not None and answer.stopped and (
-                    retrieval is None or not retrieval.rounds
-                ):
-                    guard.learn(learn_from, message)
-                if retrieval is not None:
-                    message = retrieval.annotate(message)
-                if recording:
-                    durable.record_answer(turn, message, answer.stopped)
-            if upstream.status == 200:
-                tap.close()
-            # recorded even when the client went away mid-stream: the call was made (and billed)
-            request_id = upstream.headers.get("request-id")
-            if retrieval is not None and retrieval.continuations:
-                call.record_rounds(
-                    upstream.status, retrieval.round_usages(), retrieval.continuations, request_id,
-                    notes=tap.notes,
-                )
-            else:
-                call.record(upstream.status, tap.usage, request_id, notes=tap.notes)
-    if outcome.completed and outcome.status == 200 and (retrieval is None or not retrieval.rounds):
-        service.observe(prepared.calibration_key, prepared.estimate, tap.input_tokens)
-    # Learnt once the answer is out: where this body's messages end, and their digests, serve
-    # only the conversation's next turn, which the client sends after reading this answer.
-    parsed.remember(checkpoints)
-    if result is not None:
-        parsed.keep_digests(result.digests)
-    return response
-
-
-def _guard_thinking(
-    guard: ThinkingGuard,
-    service: CompactionService,
-    prepared: Prepared,
-    client: dict[str, Any],
-    decided: dict[str, Any],
-    raw: bytes,
-    headers: CIMultiDict[str],
-    extra_headers: dict[str, str],
-) -> tuple[Prepared, int]:
-    """A binding model's request: what ``ThinkingGuard`` says to forward (see
-    ``proxy.server.thinking``), and where the answer's blocks will stand."""
-    forwarded = prepared.forwarded if prepared.forwarded is not None else decided
-    digests = prepared.result.digests if prepared.result is not None else None
-    own = digests.own if digests is not None and digests.hashed else ()
-    guarded = guard.check(client, forwarded, decided, own)
-    extra_headers[THINKING_HEADER] = guarded.header
-    if guarded.body is None:
-        return prepared, guarded.end
-    if guarded.deferred:
-        if guarded.as_sent:  # the client's request, byte for byte: no durable block either
-            extra_headers["x-durable-context"] = "deferred"
-            deferred = service.deferred(prepared, raw, False)
-        else:
-            deferred = service.deferred(prepared, orjson.dumps(guarded.body), True)
-        for name in prepared.headers:  # the compaction report is now the deferral's
-            extra_headers.pop(name, None)
-        extra_headers.update(deferred.headers)
-        return deferred, guarded.end
-    if guarded.decision.action == "asked-to-drop":
-        with_beta(headers, BINDING_BETA)
-    view = guarded.body if prepared.view is not None else None
-    body = orjson.dumps(guarded.body)
-    return replace(prepared, body=body, changed=True, view=view, forwarded=guarded.body), guarded.end
 
 
 async def handle_passthrough(request: web.Request) -> web.StreamResponse:
     """Every other /v1/* path and method: byte for byte, no decoding, body streamed."""
     forwarder = request.app[FORWARDER]
     data = _body_chunks(request) if request.body_exists else None
-    headers = _upstream_headers(request, messages_route=False)
+    headers = upstream_headers(request, messages_route=False)
     upstream = await forwarder.open(
         request, route="passthrough", data=data, decode=False, headers=headers
     )

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from proxy.config import Config
-from proxy.server.compaction import CompactionService
-from proxy.server.durable import DurableContext
-from proxy.server.forward import Forwarder
-from proxy.server.metrics import Metrics
-from proxy.server.thinking import ThinkingGuard
+from proxy.server.compaction.service import CompactionService
+from proxy.server.compaction.thinking import ThinkingGuard
+from proxy.server.context.durable import DurableContext
+from proxy.server.http.metrics import Metrics
+from proxy.server.relay.forward import Forwarder
 from proxy.sources.checks import SourceChecks
 from proxy.sources.resolver import SourceResolver
 from proxy.store.base import Store

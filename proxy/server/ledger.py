@@ -2,7 +2,7 @@
 
 The edge calls :meth:`LedgerRecorder.record` (never awaited: it only queues) when an upstream
 call ends, whatever its outcome: client calls (``/v1/messages``) from the handler, summary calls
-from :mod:`proxy.server.summary_client` (every attempt, retries too), and retrieval
+from :mod:`proxy.server.compaction.summary_client` (every attempt, retries too), and retrieval
 continuations through :func:`record_upstream_call`. A background task writes the queue to the store in
 batches (``ledger.batch_size`` rows, or ``ledger.flush_seconds`` after the first one). A slow or
 failing store never delays an answer: when the queue is full, new rows are dropped and counted
@@ -31,7 +31,7 @@ from aiohttp import web
 from proxy.config import Config, PriceConfig
 from proxy.core.durable import InvalidWrite
 from proxy.core.ledger import Kind, LedgerEntry, Price, PriceTable, ProviderNotes, billing
-from proxy.server.metrics import Metrics
+from proxy.server.http.metrics import Metrics
 from proxy.store.base import Store, StoreError
 from proxy.store.usage import check_entry
 
@@ -277,7 +277,7 @@ def record_upstream_call(
     the call failed or reported none; the row bills what it says
     (:func:`proxy.core.provider_usage.billing`: ``usage.iterations`` summed when present).
     ``notes``: the answer's applied edits and input transformations
-    (:attr:`proxy.server.usage.UsageTap.notes`). ``agent``: the client's agent, when known.
+    (:attr:`proxy.server.relay.usage.UsageTap.notes`). ``agent``: the client's agent, when known.
     ``started``: :func:`now_ms` taken when the call was sent (default: now). For
     ``kind="retrieval"`` (a continuation the proxy makes itself) pass the tenant and session of
     the client request it serves."""
@@ -418,7 +418,8 @@ class ClientCall:
 
 
 class HiddenRound(Protocol):
-    """A retrieval continuation as :class:`proxy.server.retrieval.Continuation` describes it."""
+    """A retrieval continuation as :class:`proxy.server.context.retrieval.Continuation`
+    describes it."""
 
     @property
     def sent_at(self) -> float: ...

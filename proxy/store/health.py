@@ -2,7 +2,7 @@
 
 Every store operation reports its outcome here (both backends, in the one place each maps its
 database's errors: ``_run`` / ``_read``), so ``/readyz`` answers from what requests found, not
-from a probe of its own (``proxy/server/readiness.py`` probes only when nothing else has read
+from a probe of its own (``proxy/server/http/readiness.py`` probes only when nothing else has read
 for a while):
 
 * **Outcomes** per kind: ``session reads`` (a session's durable state: the read every request

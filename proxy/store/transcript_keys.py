@@ -5,8 +5,8 @@ conversation (a session's main conversation or one of its agents', ``proxy.store
 does not hold yet (nor an earlier event of the same batch), gives them the next sequence numbers
 and records the session's new prefix: the same batch sent twice, by two replicas at once or by a
 retry, is stored once, in the order of its first arrival. Keys are chosen by the caller
-(``proxy.server.durable``: the position in the conversation and the prefix hash), so a key means
-the same event on every replica. Rows written before migration 4 have no key (``NULL``: never
+(``proxy.server.context.durable``: the position in the conversation and the prefix hash), so a key
+means the same event on every replica. Rows written before migration 4 have no key (``NULL``: never
 equal to a key, never in the way).
 
 The SQL of both backends is here (the backends' methods are thin wrappers).

@@ -20,7 +20,7 @@ import pytest
 from proxy.config import ArtifactRetention, KindRetention, RetentionConfig, parse_config
 from proxy.core.durable import Create, Fact
 from proxy.core.ledger import LedgerEntry
-from proxy.server.retention import DAY, GcMetrics, RetentionService, iso
+from proxy.server.maintenance.retention import DAY, GcMetrics, RetentionService, iso
 from proxy.sources.artifact_files import write_artifact
 from proxy.store import Store, TranscriptEvent, open_store
 from proxy.store.retention import backend_for

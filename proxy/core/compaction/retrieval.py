@@ -3,7 +3,7 @@
 Pure: the tool definition (one constant value, so its bytes never change from turn to turn), when
 to offer it, how to recognise the model's calls, how to page a source's text into a
 ``tool_result``, and how the hidden rounds fold into the one answer the client receives. The edge
-(``proxy.server.retrieval``) reads the sources and talks to the upstream.
+(``proxy.server.context.retrieval``) reads the sources and talks to the upstream.
 
 Decisions:
 

@@ -1,4 +1,4 @@
-"""The admin API of the usage ledger: ``/admin/v1/usage...`` (mounted by ``proxy.server.admin``).
+"""The admin API of the usage ledger: ``/admin/v1/usage...`` (mounted by ``admin.routes``).
 
 Routes (every one scoped to the admin token's tenant; times are ISO 8601 with an offset, ``since``
 inclusive, ``until`` exclusive)::

@@ -14,7 +14,7 @@ again (a hidden round); the client must still receive one well-formed message st
   goes out, with usage summed over every round, then one ``message_stop``. A stream with no
   hidden round ends with the provider's own bytes.
 
-Input is whole events (see :class:`proxy.server.sse.EventSplitter`); output is bytes to write.
+Input is whole events (see :class:`proxy.server.relay.sse.EventSplitter`); output is bytes to write.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from proxy.core.compaction.retrieval import is_ours, sum_usage
-from proxy.server.accumulate import AnswerAccumulator
+from proxy.server.relay.accumulate import AnswerAccumulator
 
 __all__ = ["PING", "Round", "Splice", "split_events"]
 

@@ -38,7 +38,7 @@ from aiohttp.web_server import Server
 from proxy.config import Config
 from proxy.errors import error_body, new_request_id
 from proxy.log_format import RepeatLimiter, escape
-from proxy.server.metrics import Metrics
+from proxy.server.http.metrics import Metrics
 
 log = logging.getLogger("context_proxy.connections")
 

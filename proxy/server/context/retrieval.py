@@ -54,9 +54,9 @@ from proxy.core.compaction.retrieval import (
 from proxy.core.conversation import Conversation
 from proxy.core.pointers import ArtifactPointer, BadPointer, TranscriptPointer, parse_pointer
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable, new_request_id, sse_error_event
-from proxy.server.forward import Forwarder, RelayOutcome, response_headers_for_client
-from proxy.server.splice import PING, Splice, split_events
-from proxy.server.sse import EventSplitter
+from proxy.server.relay.forward import Forwarder, RelayOutcome, response_headers_for_client
+from proxy.server.relay.splice import PING, Splice, split_events
+from proxy.server.relay.sse import EventSplitter
 from proxy.sources.checks import SourceChecks
 from proxy.sources.policy import SourcePolicy
 

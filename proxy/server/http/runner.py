@@ -25,8 +25,8 @@ from proxy.console.first_signin import (
 from proxy.log_format import escape
 from proxy.server.app import build_app
 from proxy.server.appkeys import CONFIG, FORWARDER, METRICS, STATE, TENANCY
-from proxy.server.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
-from proxy.server.idle_trim import release_when_idle
+from proxy.server.http.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
+from proxy.server.maintenance.idle_trim import release_when_idle
 from proxy.tenants import load_tenancy
 
 log = logging.getLogger("context_proxy.runner")

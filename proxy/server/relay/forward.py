@@ -26,8 +26,8 @@ from proxy.errors import (
     new_request_id,
     sse_error_event,
 )
-from proxy.server.metrics import Metrics
-from proxy.server.sse import EventSplitter
+from proxy.server.http.metrics import Metrics
+from proxy.server.relay.sse import EventSplitter
 
 log = logging.getLogger("context_proxy.forward")
 

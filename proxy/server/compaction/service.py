@@ -2,18 +2,14 @@
 loop when the request is large), make the summary call, and describe the outcome in headers.
 
 The pure core (``proxy.core.compaction``) decides *what* to send; this module only loads what it
-needs, performs the model call for L4 with the request's own credentials, and reports.
+needs, performs the model call for L4 with the request's own credentials (through
+``proxy.server.compaction.summaries``: once across replicas, under a store lease), and reports.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import itertools
 import logging
-import os
-import secrets
-import socket
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,7 +28,6 @@ from proxy.core.compaction import (
     NeedsNaming,
     Plan,
     PlanCache,
-    SummaryRequest,
     compact,
     named,
     step,
@@ -40,31 +35,24 @@ from proxy.core.compaction import (
 from proxy.core.compaction.bridge import TranscriptNaming
 from proxy.core.compaction.context import compaction_end
 from proxy.core.compaction.digest import Digests, Resent
-from proxy.core.compaction.provider import (
-    COMPACT_BETA,
-    CompactionCall,
-    block_of_answer,
-    leads_with_compaction,
-)
+from proxy.core.compaction.provider import COMPACT_BETA, leads_with_compaction
 from proxy.core.compaction.retrieval import offer_tool, plan_names_pointers
 from proxy.core.conversation import Conversation
 from proxy.core.durable import InvalidWrite
 from proxy.core.limits import Limits, ModelWindow, betas_of
 from proxy.core.tokens import Calibration, Canonical, TokenCounter
 from proxy.errors import PromptTooLong
-from proxy.server.counting import Counting, count_while_forwarding, with_digests
-from proxy.server.metrics import Metrics
-from proxy.server.naming import transcript_sequences
-from proxy.server.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of
-from proxy.server.summary_client import SummaryClient, SummaryFailed, summary_auth_headers
+from proxy.server.compaction.counting import Counting, count_while_forwarding, with_digests
+from proxy.server.compaction.naming import transcript_sequences
+from proxy.server.compaction.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of
+from proxy.server.compaction.summaries import Summaries
+from proxy.server.http.metrics import Metrics
 from proxy.store import Store, StoreError
 
 log = logging.getLogger("context_proxy.compaction")
 
 # Calibration figures go to the store at most this often per tenant and model.
 CALIBRATION_WRITE_SECONDS = 5.0
-# A summary lease given up (the holder's client went away) is renewed to expire this soon.
-RELEASE_SECONDS = 0.001
 
 # Request header: ``x-compaction: off`` opts one request out. It is the proxy's own control
 # header and is not forwarded upstream.
@@ -93,15 +81,6 @@ def defers_to_provider(body: Mapping[str, Any]) -> bool:
         if isinstance(kind, str) and kind.startswith(("clear_tool_uses_", "compact_")):
             return True
     return False
-
-
-def _all(headers: Mapping[str, str], name: str) -> list[str]:
-    """Every value of a header (a multidict's repeated lines, or a plain mapping's one)."""
-    getall = getattr(headers, "getall", None)
-    if getall is not None:
-        return list(getall(name, []))
-    value = headers.get(name)
-    return [value] if value else []
 
 
 def carries_compaction(messages: Sequence[Any], made: Digests | None) -> bool:
@@ -175,17 +154,6 @@ def plan_scope(tenant: str, conversation: Conversation | None) -> str:
     return f"{tenant}{SCOPE_SEPARATOR}{conversation.scope}"
 
 
-def summary_key(request: SummaryRequest | CompactionCall, scope: str = "") -> str:
-    """The store key of a summary: the same history to summarise (same prompt, model and
-    rendered text) in the same conversation (``scope``: ``plan_scope`` less the tenant) is the
-    same key on every replica. Each conversation has its own summaries, as it has its own
-    plans; the tenant's requests without a session share theirs, as before."""
-    body = orjson.dumps(request.body(), option=orjson.OPT_SORT_KEYS)
-    if not scope:
-        return "s1-" + hashlib.sha256(body).hexdigest()
-    return "s2-" + hashlib.sha256(scope.encode() + b"\0" + body).hexdigest()
-
-
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """What to forward, and what to report about it."""
@@ -233,23 +201,20 @@ class CompactionService:
         self.plans = PlanCache(config.max_plans)
         self.plan_reads = PlanReads(self.plans)  # the store read-through, and where it had none
         self.metrics = metrics
-        self.summary_calls = 0
         # The shared store (set by the app once it is open): plans go there so that every
         # replica forwards the same view for a conversation; ``plans`` is its read-through cache.
         self.store: Store | None = None
-        # summary leases: one holder id per call (two requests of this process may race too)
-        self._holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self._claims = itertools.count(1)
         # calibration keys ("tenant/model") this process has looked up: their tenant and model
         self._calibration_read: dict[str, tuple[str, str]] = {}
         self._calibration_written: dict[str, float] = {}
         self._writes: set[asyncio.Task[None]] = set()
-        # records each exchange (retries too) in the usage ledger
-        self._client = SummaryClient(
-            upstream_base_url,
-            max_retries=config.summary.max_retries,
-            timeout_seconds=config.summary.timeout_seconds,
-        )
+        # the L4 call, under a store lease
+        self.summaries = Summaries(config, upstream_base_url, metrics, self._background)
+
+    @property
+    def summary_calls(self) -> int:
+        """L4 calls this process made."""
+        return self.summaries.calls
 
     async def warm_up(self) -> None:
         """Load the tokenizer at start-up, off the loop, not on the first request."""
@@ -258,7 +223,7 @@ class CompactionService:
     async def close(self) -> None:
         if self._writes:
             await asyncio.wait(self._writes, timeout=5)
-        await self._client.close()
+        await self.summaries.close()
 
     def policy_for(self, config: CompactionConfig, limits: Limits | None = None) -> CompactionPolicy:
         """The policy of a tenant's compaction settings for a request's limits (memoised:
@@ -399,7 +364,8 @@ class CompactionService:
                 continue
             # one call, or a bounded chain of them (the region is over the summariser's input
             # budget): each call is its own leased key, so replicas share every link
-            summary = await self._summary_once(
+            summary = await self.summaries.once(
+                self.store,
                 outcome.summary_request,
                 tenant,
                 config,
@@ -509,91 +475,6 @@ class CompactionService:
             return await asyncio.to_thread(fn, *args)
         return fn(*args)
 
-    async def _summary_once(
-        self,
-        request: SummaryRequest | CompactionCall,
-        tenant: str,
-        config: CompactionConfig,
-        headers: Mapping[str, str],
-        scope: str = "",
-    ) -> str | None:
-        """The summary of ``request``, made once across every replica sharing the store (each
-        call of a chain is a request of its own: its key includes the previous call's summary).
-
-        Replicas (or concurrent requests) compacting the same history ask the same summary
-        request; the store gives one of them a lease (renewed while it calls) and the others
-        wait for its text. A holder that crashed stops renewing and its lease expires after
-        ``summary.lease_seconds``; the first waiter then takes over. Without a usable store the
-        call is made here (a duplicate call costs money, never correctness)."""
-        store = self.store
-        if store is None:
-            return await self._summarize(request, headers)
-        key = summary_key(request, scope)
-        holder = f"{self._holder}:{next(self._claims)}"
-        lease = config.summary.lease_seconds
-        loop = asyncio.get_running_loop()
-        # a live holder's call lasts at most this long; after it, stop waiting and call
-        give_up = loop.time() + lease + config.summary.timeout_seconds * (
-            config.summary.max_retries + 1
-        )
-        pause = 0.05
-        try:
-            while True:
-                claim = await store.claim_summary(tenant, key, holder, lease)
-                if claim.state == "ok":
-                    self.metrics.summaries.labels("shared").inc()
-                    return claim.text
-                if claim.state == "failed":
-                    self.metrics.summaries.labels("failed").inc()
-                    return None
-                if claim.state == "acquired":
-                    return await self._summarize_holding(request, headers, tenant, key, holder, lease)
-                if loop.time() >= give_up:
-                    log.warning("[compact] gave up waiting for another replica's summary")
-                    break
-                await asyncio.sleep(max(0.01, min(pause, claim.wait_seconds)))
-                pause = min(pause * 2, 1.0)
-        except (StoreError, InvalidWrite) as exc:
-            store.health.lost("summary leases", exc, "summarised without a lease")
-        return await self._summarize(request, headers)
-
-    async def _summarize_holding(
-        self,
-        request: SummaryRequest | CompactionCall,
-        headers: Mapping[str, str],
-        tenant: str,
-        key: str,
-        holder: str,
-        lease: float,
-    ) -> str | None:
-        """Call while renewing the lease; then store the outcome for the waiters."""
-        store = self.store
-        assert store is not None
-
-        async def renew() -> None:
-            while True:
-                await asyncio.sleep(lease / 3)
-                try:
-                    await store.claim_summary(tenant, key, holder, lease)
-                except (StoreError, InvalidWrite) as exc:
-                    store.health.lost("summary leases", exc, "a lease not renewed")
-
-        renewing = asyncio.create_task(renew())
-        try:
-            text = await self._summarize(request, headers)
-        except asyncio.CancelledError:
-            # The client went away: let a waiter take over now rather than when the lease ends
-            # (renewing it to expire at once; in the background, as this task is cancelled).
-            self._background(store.claim_summary(tenant, key, holder, RELEASE_SECONDS))
-            raise
-        finally:
-            renewing.cancel()
-        try:
-            await store.settle_summary(tenant, key, holder, text, lease)
-        except (StoreError, InvalidWrite) as exc:
-            store.health.lost("summaries", exc, "a summary not stored")
-        return text
-
     async def _ratio(self, tenant: str, model: str, key: str) -> float:
         """The calibration ratio for ``key``; the first time this process sees the key, the
         figure other replicas measured (the store) is the starting point."""
@@ -609,42 +490,6 @@ class CompactionService:
                 if stored is not None:
                     self.calibration.seed(key, stored)
         return self.calibration.ratio(key)
-
-    async def _summarize(
-        self, request: SummaryRequest | CompactionCall, headers: Mapping[str, str]
-    ) -> str | None:
-        """The L4 model call. Failure, timeout or an empty answer → ``None`` (keep the view).
-        A provider compaction (``CompactionCall``) answers its block's JSON text; ``None``
-        there (refused: 400, 529 ``compaction_unavailable``; no block) falls back to the
-        proxy's own summary."""
-        self.summary_calls += 1
-        auth = summary_auth_headers(headers)
-        provider = isinstance(request, CompactionCall)
-        if provider:  # the request's own betas (its 1M window...), and the compaction's
-            betas = [b.strip() for v in _all(headers, "anthropic-beta") for b in v.split(",")]
-            auth["anthropic-beta"] = ",".join([*(b for b in betas if b and b != COMPACT_BETA), COMPACT_BETA])
-        try:
-            message = await self._client.create(request.body(), auth)
-        except SummaryFailed as exc:
-            what = "provider compaction" if provider else "summary call"
-            log.warning("[compact] %s failed: %s", what, exc.reason)
-            self.metrics.summaries.labels("failed").inc()
-            return None
-        if provider:
-            block = block_of_answer(message)
-            if block is None:
-                log.warning("[compact] provider compaction answered no usable block")
-            self.metrics.summaries.labels("called" if block else "failed").inc()
-            return block
-        text = "".join(
-            block["text"]
-            for block in message["content"]
-            if isinstance(block, dict)
-            and block.get("type") == "text"
-            and isinstance(block.get("text"), str)
-        )
-        self.metrics.summaries.labels("called" if text else "failed").inc()
-        return text or None
 
     def observe(self, key: str, estimate: int | None, real: int | None) -> None:
         """Calibrate: the provider's real input size against our estimate of what we sent.

@@ -1,0 +1,1 @@
+"""The admin API (``/admin/v1``): mounted by ``routes.add_admin_routes``."""
