@@ -21,12 +21,13 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from proxy.core.pointers import is_valid_agent_id, is_valid_session_id
-from proxy.errors import InvalidRequest, NotFound
+from proxy.core.pointers import is_valid_agent_id
+from proxy.errors import InvalidRequest
+from proxy.server.admin.wire import SESSION_NOT_FOUND, require_session, session_of
 from proxy.server.appkeys import STORE
 from proxy.sources.transcript_records import record_sha256
 from proxy.store.agents import AgentRecord
-from proxy.store.base import RecordedEvent, Store
+from proxy.store.base import RecordedEvent
 from proxy.tenants import Tenant
 
 __all__ = [
@@ -42,23 +43,7 @@ __all__ = [
 
 DEFAULT_TRANSCRIPT_LIMIT = 100
 MAX_TRANSCRIPT_LIMIT = 1000
-SESSION_NOT_FOUND = "session not found"
 _DIGITS = re.compile(r"[0-9]{1,18}", re.ASCII)
-
-
-def session_of(request: web.Request) -> str:
-    session = request.match_info["session"]
-    if not is_valid_session_id(session):
-        raise InvalidRequest(
-            "session: not a valid session id (1-200 characters of [A-Za-z0-9._-], starting with"
-            " a letter or a digit)"
-        )
-    return session
-
-
-async def require_session(store: Store, tenant: Tenant, session: str) -> None:
-    if session not in await store.list_sessions(tenant.name):
-        raise NotFound(SESSION_NOT_FOUND)
 
 
 def _integer(request: web.Request, name: str, default: int, low: int, high: int) -> int | str:
