@@ -47,6 +47,7 @@ from proxy.server.appkeys import (
 from proxy.server.compaction.service import CompactionService
 from proxy.server.compaction.thinking import ThinkingGuard
 from proxy.server.context.durable import DurableContext
+from proxy.server.formats.routes import FORMAT_PATHS, add_format_routes
 from proxy.server.http.metrics import CONTENT_TYPE, new_metrics
 from proxy.server.http.readiness import StoreReadiness
 from proxy.server.ledger import LEDGER, LedgerRecorder
@@ -61,8 +62,8 @@ from proxy.tenants import load_tenancy
 log = logging.getLogger("context_proxy.app")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-# the paths admission and authentication apply to
-API_PATHS: tuple[str, ...] = ("/v1/",)
+# the paths admission and authentication apply to: the Anthropic API's and the client formats'
+API_PATHS = ("/v1/", *FORMAT_PATHS)
 ReadinessCheck = Callable[[], Awaitable[bool]]
 
 
@@ -268,6 +269,7 @@ def build_app(config: Config) -> web.Application:
     app.router.add_get("/metrics", handle_metrics, name="metrics")
     app.router.add_post("/v1/messages", handle_messages, name="messages")
     app.router.add_post("/v1/messages/count_tokens", handle_messages, name="count_tokens")
+    add_format_routes(app)  # Bedrock and Vertex clients; before the passthrough
     app.router.add_route("*", "/v1/{tail:.*}", handle_passthrough, name="passthrough")
     add_admin_routes(app)
     add_console_routes(app)

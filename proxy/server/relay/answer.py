@@ -15,9 +15,6 @@ from typing import Protocol
 from aiohttp import web
 from multidict import CIMultiDict
 
-# the request state key of a client format's ``AnswerFormat``
-ANSWER_FORMAT = "context_proxy.answer_format"
-
 
 class AnswerFormat(Protocol):
     def response(
@@ -26,6 +23,10 @@ class AnswerFormat(Protocol):
         """The response that writes an Anthropic answer (status, headers, then the body as it
         is written) to the client in its own format."""
         ...
+
+
+# a client format's ``AnswerFormat``, in the (internal) request's state
+ANSWER_FORMAT = web.RequestKey("answer_format", AnswerFormat)
 
 
 def client_response(
@@ -41,7 +42,8 @@ def client_response(
     answer_format: AnswerFormat | None = request.get(ANSWER_FORMAT)
     if answer_format is None:
         return response_class(status=status, reason=reason, headers=headers)
-    return answer_format.response(status, reason, headers)
+    response: web.StreamResponse = answer_format.response(status, reason, headers)
+    return response
 
 
 # A ProxyError rendered in a client format (status, error type, message, request id, headers).

@@ -1,0 +1,206 @@
+"""Bedrock InvokeModel as a client format: the request decoded, the answer encoded back.
+
+Requests: ``POST /model/{model}/invoke`` (one JSON answer) and
+``/model/{model}/invoke-with-response-stream`` (an AWS event stream); the model is a Bedrock
+model id, a cross-region inference profile or its ARN (URL-encoded in the path); the body is the
+Messages body without ``model`` and ``stream``, with ``anthropic_version``
+(``bedrock-2023-05-31``) and ``anthropic_beta`` (a list) in it.
+
+Answers: a 200 JSON answer is the Messages answer as it is (Bedrock's carries the Anthropic
+model id too); a stream is one event-stream ``chunk`` frame per Anthropic stream event, its JSON
+base64-encoded; an error is Bedrock's: the HTTP status, ``{"message": ...}`` with the provider's
+(or the proxy's) wording kept, and ``x-amzn-ErrorType``; an error inside a stream is an
+``exception`` frame. ``AnswerEncoder`` is sans-I/O: feed it what the relay writes (whole SSE
+events, or a JSON body in pieces), get the bytes for the client.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from proxy.core.model_ids import ModelIds
+from proxy.formats.eventstream import CONTENT_TYPE, chunk_frame, exception_frame
+from proxy.formats.request import Decoded, betas_of, members, rebuild, version_of
+
+_ERROR_SUFFIX = ":http://internal.amazon.com/coral/com.amazon.bedrock/"
+# Bedrock's error names by HTTP status
+_ERROR_TYPES = {
+    400: "ValidationException",
+    401: "AccessDeniedException",
+    403: "AccessDeniedException",
+    404: "ResourceNotFoundException",
+    408: "ModelTimeoutException",
+    413: "ValidationException",
+    422: "ValidationException",
+    424: "ModelErrorException",
+    429: "ThrottlingException",
+    500: "InternalServerException",
+    502: "ServiceUnavailableException",
+    503: "ServiceUnavailableException",
+    504: "ModelTimeoutException",
+}
+# in a stream: the event-stream exception for an Anthropic ``error.type``
+_STREAM_EXCEPTIONS = {
+    "invalid_request_error": "validationException",
+    "rate_limit_error": "throttlingException",
+    "overloaded_error": "serviceUnavailableException",
+    "timeout_error": "modelTimeoutException",
+    "api_error": "internalServerException",
+}
+# the Anthropic-only overload status; Bedrock says 503
+_OVERLOADED = 529
+MAX_ERROR_BODY = 1 << 20
+
+
+def decode(model: str, text: bytes, *, stream: bool, ids: ModelIds) -> Decoded:
+    """An InvokeModel request (``model`` from the path, decoded) as the Messages request."""
+    found = members(text)
+    version = version_of(found.get("anthropic_version"))
+    betas = betas_of(found.get("anthropic_beta"))
+    inside = ids.anthropic(model)
+    body = rebuild(found, inside, stream=True if stream else None)
+    return Decoded(body, version, betas, inside, model, stream)
+
+
+def error_status(status: int) -> int:
+    return 503 if status == _OVERLOADED else status
+
+
+def error_type(status: int) -> str:
+    name = _ERROR_TYPES.get(status)
+    if name is None:
+        name = "InternalServerException" if status >= 500 else "ValidationException"
+    return name
+
+
+def error_headers(status: int) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "x-amzn-ErrorType": error_type(error_status(status)) + _ERROR_SUFFIX,
+    }
+
+
+def error_body(message: str) -> bytes:
+    return orjson.dumps({"message": message})
+
+
+def message_of(body: bytes) -> str:
+    """The wording of an Anthropic error body (the body's text when it is not one)."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        value = None
+    if isinstance(value, dict):
+        error = value.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(value.get("message"), str):
+            return str(value["message"])
+    return body.decode("utf-8", "replace").strip() or "error"
+
+
+def stream_exception(event: bytes) -> bytes:
+    """An Anthropic ``error`` event's JSON as an ``exception`` frame."""
+    try:
+        value = orjson.loads(event)
+    except orjson.JSONDecodeError:
+        value = None
+    error = value.get("error") if isinstance(value, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    name = _STREAM_EXCEPTIONS.get(kind if isinstance(kind, str) else "", "internalServerException")
+    return exception_frame(name, message_of(event))
+
+
+class AnswerEncoder:
+    """One answer, Anthropic in, Bedrock out. ``start`` with the status and content type, then
+    ``feed`` and ``end``."""
+
+    __slots__ = ("_mode", "_pending", "_size", "rewrites", "status")
+
+    def __init__(self) -> None:
+        self._mode = "json"
+        self._pending = bytearray()
+        self._size = 0
+        self.status = 200
+        # the body changes (length and type): what the relay set about it no longer holds
+        self.rewrites = False
+
+    def start(self, status: int, content_type: str) -> dict[str, str]:
+        """The answer's status and content type: the headers to set."""
+        if status != 200:
+            self._mode = "error"
+            self.status = error_status(status)
+            self.rewrites = True
+            return error_headers(status)
+        if content_type.startswith("text/event-stream"):
+            self._mode = "stream"
+            self.rewrites = True
+            return {"Content-Type": CONTENT_TYPE}
+        return {}
+
+    def feed(self, data: bytes) -> bytes:
+        if self._mode == "json":
+            return data
+        if self._mode == "error":
+            if self._size + len(data) <= MAX_ERROR_BODY:
+                self._pending += data
+            self._size += len(data)
+            return b""
+        self._pending += data
+        end = _last_boundary(self._pending)
+        if end == 0:
+            return b""
+        complete = bytes(self._pending[:end])
+        del self._pending[:end]
+        return self._frames(complete)
+
+    def end(self) -> bytes:
+        if self._mode == "error":
+            return error_body(message_of(bytes(self._pending)))
+        if self._mode == "stream" and self._pending:
+            rest = bytes(self._pending)
+            self._pending.clear()
+            return self._frames(rest)
+        return b""
+
+    def _frames(self, events: bytes) -> bytes:
+        out = bytearray()
+        for name, data in sse_events(events):
+            if not data:
+                continue
+            out += stream_exception(data) if name == "error" else chunk_frame(data)
+        return bytes(out)
+
+
+def sse_events(text: bytes) -> list[tuple[str, bytes]]:
+    """(event name, data) of each whole SSE event in ``text``."""
+    events: list[tuple[str, bytes]] = []
+    for block in text.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n\n"):
+        name = ""
+        data: list[bytes] = []
+        for line in block.split(b"\n"):
+            field, _, value = line.partition(b":")
+            if value.startswith(b" "):
+                value = value[1:]
+            if field == b"event":
+                name = value.decode("utf-8", "replace")
+            elif field == b"data":
+                data.append(value)
+        if name or data:
+            events.append((name, b"\n".join(data)))
+    return events
+
+
+def _last_boundary(buffer: bytearray) -> int:
+    best = 0
+    for sep in (b"\n\n", b"\r\n\r\n", b"\r\r"):
+        i = buffer.rfind(sep)
+        if i >= 0:
+            best = max(best, i + len(sep))
+    return best
+
+
+def inference_profiles() -> bytes:
+    """``GET /inference-profiles?type=SYSTEM_DEFINED`` (Claude Code's startup probe): none; the
+    gateway takes the model ids and profiles as sent, and Claude Code keeps its defaults."""
+    return orjson.dumps({"inferenceProfileSummaries": []})
