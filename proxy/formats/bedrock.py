@@ -16,11 +16,21 @@ events, or a JSON body in pieces), get the bytes for the client.
 
 from __future__ import annotations
 
+import base64
+
 import orjson
 
 from proxy.core.model_ids import ModelIds
+from proxy.errors import InvalidRequest
 from proxy.formats.eventstream import CONTENT_TYPE, chunk_frame, exception_frame
-from proxy.formats.request import Decoded, betas_of, members, rebuild, version_of
+from proxy.formats.request import (
+    PLATFORM_API_VERSION,
+    Decoded,
+    betas_of,
+    members,
+    rebuild,
+    version_of,
+)
 
 _ERROR_SUFFIX = ":http://internal.amazon.com/coral/com.amazon.bedrock/"
 # Bedrock's error names by HTTP status
@@ -50,6 +60,11 @@ _STREAM_EXCEPTIONS = {
 # the Anthropic-only overload status; Bedrock says 503
 _OVERLOADED = 529
 MAX_ERROR_BODY = 1 << 20
+# an InvokeModel body's fields that the Messages API's count_tokens does not take
+NOT_COUNTED = frozenset(
+    {"max_tokens", "metadata", "stop_sequences", "temperature", "top_k", "top_p",
+     "service_tier", "user_profile_id"}
+)
 
 
 def decode(model: str, text: bytes, *, stream: bool, ids: ModelIds) -> Decoded:
@@ -60,6 +75,31 @@ def decode(model: str, text: bytes, *, stream: bool, ids: ModelIds) -> Decoded:
     inside = ids.anthropic(model)
     body = rebuild(found, inside, stream=True if stream else None)
     return Decoded(body, version, betas, inside, model, stream)
+
+
+def decode_count(model: str, text: bytes, *, ids: ModelIds) -> Decoded:
+    """A CountTokens request (``POST /model/{model}/count-tokens``, body
+    ``{"input": {"invokeModel": {"body": "<base64 of an InvokeModel body>"}}}``) as a Messages
+    ``count_tokens`` request: the fields counting does not take are left out."""
+    try:
+        outer = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    given = outer.get("input") if isinstance(outer, dict) else None
+    invoke = given.get("invokeModel") if isinstance(given, dict) else None
+    if not isinstance(invoke, dict):
+        raise InvalidRequest("input.invokeModel: Field required (only InvokeModel bodies are counted)")
+    try:
+        inner = base64.b64decode(invoke.get("body") or "", validate=True)
+    except (ValueError, TypeError):
+        raise InvalidRequest("input.invokeModel.body: Input should be base64-encoded") from None
+    found = members(inner)
+    raw_version = found.get("anthropic_version")
+    version = version_of(raw_version) if raw_version is not None else PLATFORM_API_VERSION
+    betas = betas_of(found.get("anthropic_beta"))
+    inside = ids.anthropic(model)
+    body = rebuild(found, inside, stream=None, drop=NOT_COUNTED)
+    return Decoded(body, version, betas, inside, model, False)
 
 
 def error_status(status: int) -> int:
@@ -99,6 +139,16 @@ def message_of(body: bytes) -> str:
     return body.decode("utf-8", "replace").strip() or "error"
 
 
+def count_body(answer: bytes) -> bytes:
+    """A Messages count_tokens answer as CountTokens'."""
+    try:
+        value = orjson.loads(answer)
+    except orjson.JSONDecodeError:
+        value = None
+    tokens = value.get("input_tokens") if isinstance(value, dict) else None
+    return orjson.dumps({"inputTokens": tokens if isinstance(tokens, int) else 0})
+
+
 def stream_exception(event: bytes) -> bytes:
     """An Anthropic ``error`` event's JSON as an ``exception`` frame."""
     try:
@@ -113,11 +163,13 @@ def stream_exception(event: bytes) -> bytes:
 
 class AnswerEncoder:
     """One answer, Anthropic in, Bedrock out. ``start`` with the status and content type, then
-    ``feed`` and ``end``."""
+    ``feed`` and ``end``. ``counting``: a count_tokens answer, ``{"input_tokens": n}`` →
+    CountTokens' ``{"inputTokens": n}``."""
 
-    __slots__ = ("_mode", "_pending", "_size", "rewrites", "status")
+    __slots__ = ("_counting", "_mode", "_pending", "_size", "rewrites", "status")
 
-    def __init__(self) -> None:
+    def __init__(self, *, counting: bool = False) -> None:
+        self._counting = counting
         self._mode = "json"
         self._pending = bytearray()
         self._size = 0
@@ -136,12 +188,15 @@ class AnswerEncoder:
             self._mode = "stream"
             self.rewrites = True
             return {"Content-Type": CONTENT_TYPE}
+        if self._counting:
+            self._mode = "count"
+            self.rewrites = True
         return {}
 
     def feed(self, data: bytes) -> bytes:
         if self._mode == "json":
             return data
-        if self._mode == "error":
+        if self._mode in ("error", "count"):
             if self._size + len(data) <= MAX_ERROR_BODY:
                 self._pending += data
             self._size += len(data)
@@ -157,6 +212,8 @@ class AnswerEncoder:
     def end(self) -> bytes:
         if self._mode == "error":
             return error_body(message_of(bytes(self._pending)))
+        if self._mode == "count":
+            return count_body(bytes(self._pending))
         if self._mode == "stream" and self._pending:
             rest = bytes(self._pending)
             self._pending.clear()
@@ -198,6 +255,32 @@ def _last_boundary(buffer: bytearray) -> int:
         if i >= 0:
             best = max(best, i + len(sep))
     return best
+
+
+def inference_profile(profile: str, ids: ModelIds) -> bytes | None:
+    """``GET /inference-profiles/{id}`` (Claude Code asks after its first answer, for the model
+    behind its profile): the profile as Bedrock describes it, backed by the foundation model of
+    the same Claude model; ``None`` (404) when the id names no Claude model. The region is the
+    ARN's, else ``us-east-1`` (a gateway has none)."""
+    inside = ids.anthropic(profile)
+    if not inside.startswith("claude"):
+        return None
+    parts = profile.split(":")
+    region = parts[3] if profile.startswith("arn:") and len(parts) > 3 and parts[3] else "us-east-1"
+    name = profile.rsplit("/", 1)[-1]
+    foundation = ids.bedrock(inside)
+    return orjson.dumps(
+        {
+            "inferenceProfileName": name,
+            "inferenceProfileId": name,
+            "inferenceProfileArn": profile if profile.startswith("arn:") else (
+                f"arn:aws:bedrock:{region}::inference-profile/{name}"
+            ),
+            "models": [{"modelArn": f"arn:aws:bedrock:{region}::foundation-model/{foundation}"}],
+            "status": "ACTIVE",
+            "type": "SYSTEM_DEFINED",
+        }
+    )
 
 
 def inference_profiles() -> bytes:

@@ -14,7 +14,6 @@ the paths and body fields: code.claude.com/docs/en/llm-gateway-protocol (referen
 
 from __future__ import annotations
 
-import base64
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -303,6 +302,16 @@ def test_bedrock_startup_probes(proxy: ProxyServer) -> None:
     response = httpx.get(f"{proxy.url}/inference-profiles", params={"type": "SYSTEM_DEFINED"})
     assert response.status_code == 200
     assert response.json() == {"inferenceProfileSummaries": []}
+    # after its first answer Claude Code asks for the model behind its profile
+    profile = httpx.get(f"{proxy.url}/inference-profiles/{PROFILE.replace(':', '%3A')}").json()
+    assert profile["inferenceProfileId"] == PROFILE
+    assert profile["models"] == [
+        {"modelArn": "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-sonnet-4-5-20250929-v1:0"}
+    ]
+    unknown = httpx.get(f"{proxy.url}/inference-profiles/us.amazon.nova-pro-v1%3A0")
+    assert unknown.status_code == 404
+    assert unknown.headers["x-amzn-errortype"].startswith("ResourceNotFoundException:")
+    assert "us.amazon.nova-pro-v1:0" in unknown.json()["message"]
 
 
 def test_keys_mode_authenticates_a_bedrock_client_by_its_bearer_token(
@@ -433,4 +442,58 @@ def test_the_three_formats_forward_the_same_view(
         vertex.messages.create(model=VERTEX_MODEL, max_tokens=50, messages=MESSAGES)
     bodies = [request.json() for request in upstream.requests[-3:]]
     assert bodies[0] == bodies[1] == bodies[2]
-    assert base64  # (imported for the event-stream helpers above)
+
+
+# --- boto3's own bedrock-runtime client ---------------------------------------------------------
+
+
+def _boto3(proxy: ProxyServer) -> Any:
+    import boto3
+    from botocore.config import Config as BotoConfig
+
+    return boto3.client(
+        "bedrock-runtime", region_name="us-east-1", endpoint_url=proxy.url,
+        aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="not-a-secret",
+        config=BotoConfig(retries={"max_attempts": 1}),
+    )
+
+
+def test_boto3_invoke_stream_and_count_tokens(upstream: FakeUpstream, proxy: ProxyServer) -> None:
+    """boto3 signs with SigV4: the signature is left out of the internal request (nothing
+    upstream could check it); the answers are read by botocore's own parsers."""
+    events = text_stream_events("boto3 reads this", deltas=3)
+    upstream.script(Reply(message_json("boto3 hi")), Stream(events), Reply({"input_tokens": 23}))
+    client = _boto3(proxy)
+    try:
+        plain = client.invoke_model(modelId=PROFILE, body=_bedrock_body())
+        assert orjson.loads(plain["body"].read())["content"][0]["text"] == "boto3 hi"
+        streamed = client.invoke_model_with_response_stream(modelId=PROFILE, body=_bedrock_body())
+        chunks = [event["chunk"]["bytes"] for event in streamed["body"]]
+        assert chunks == _sse_data(list(events))
+        counted = client.count_tokens(
+            modelId=PROFILE, input={"invokeModel": {"body": _bedrock_body(metadata={"user_id": "u"})}}
+        )
+    finally:
+        client.close()
+    assert counted["inputTokens"] == 23
+    for request in upstream.requests:
+        assert "authorization" not in request.headers
+        assert not [n for n in request.headers if n.lower().startswith("x-amz")]
+    count = upstream.requests[-1]
+    assert count.path == "/v1/messages/count_tokens"
+    assert count.body == orjson.dumps({"model": INSIDE, "messages": MESSAGES})
+    assert count.headers["anthropic-beta"] == "interleaved-thinking-2025-05-14"
+
+
+def test_a_converse_count_is_a_bedrock_validation_error(
+    upstream: FakeUpstream, proxy: ProxyServer
+) -> None:
+    response = httpx.post(
+        f"{proxy.url}/model/{PROFILE}/count-tokens",
+        content=orjson.dumps({"input": {"converse": {"messages": []}}}),
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status_code == 400
+    assert response.headers["x-amzn-errortype"].startswith("ValidationException:")
+    assert "only InvokeModel bodies are counted" in response.json()["message"]
+    assert upstream.requests == []

@@ -52,14 +52,18 @@ class EncodedResponse(web.StreamResponse):
 
 
 class BedrockAnswer:
-    """The ``AnswerFormat`` of a Bedrock request (``relay.answer``)."""
+    """The ``AnswerFormat`` of a Bedrock request (``relay.answer``); ``counting``: CountTokens."""
 
-    __slots__ = ()
+    __slots__ = ("counting",)
+
+    def __init__(self, *, counting: bool = False) -> None:
+        self.counting = counting
 
     def response(
         self, status: int, reason: str | None, headers: CIMultiDict[str]
     ) -> web.StreamResponse:
-        return EncodedResponse(bedrock.AnswerEncoder(), status, reason, headers)
+        encoder = bedrock.AnswerEncoder(counting=self.counting)
+        return EncodedResponse(encoder, status, reason, headers)
 
 
 def render_bedrock_error(

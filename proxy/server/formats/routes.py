@@ -19,6 +19,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from proxy.core.model_ids import ModelIds
+from proxy.errors import NotFound
 from proxy.formats import bedrock, vertex
 from proxy.formats.request import Decoded, merge_betas
 from proxy.server.appkeys import CONFIG
@@ -31,12 +32,15 @@ MODEL_IDS = web.AppKey("model_ids", ModelIds)
 # the paths of the client formats' API routes (admission and authentication apply to them)
 FORMAT_PATHS = ("/model/", "/projects/", "/v1/projects/")
 _VERTEX_PATH = "/projects/{project}/locations/{region}/publishers/anthropic/models/{target}"
-BEDROCK_ROUTES = ("bedrock_invoke", "bedrock_stream")
+BEDROCK_ROUTES = (
+    "bedrock_invoke", "bedrock_stream", "bedrock_count", "bedrock_profiles", "bedrock_profile"
+)
 VERTEX_ROUTES = ("vertex", "vertex_v1")
 # the platforms' own request headers: meaningless to the Messages API
 _PLATFORM_HEADERS = ("x-amz-", "x-amzn-", "amz-sdk-", "x-goog-")
 _REPLACED = frozenset({"content-length", "content-encoding", "anthropic-version", "anthropic-beta"})
 _BEDROCK = BedrockAnswer()
+_BEDROCK_COUNT = BedrockAnswer(counting=True)
 
 
 def add_format_routes(app: web.Application) -> None:
@@ -47,7 +51,11 @@ def add_format_routes(app: web.Application) -> None:
     router.add_post(
         "/model/{model:.+}/invoke-with-response-stream", handle_bedrock, name="bedrock_stream"
     )
+    router.add_post("/model/{model:.+}/count-tokens", handle_bedrock_count, name="bedrock_count")
     router.add_get("/inference-profiles", handle_inference_profiles, name="bedrock_profiles")
+    router.add_get(
+        "/inference-profiles/{profile:.+}", handle_inference_profile, name="bedrock_profile"
+    )
     router.add_post(_VERTEX_PATH, handle_vertex, name="vertex")
     router.add_post("/v1" + _VERTEX_PATH, handle_vertex, name="vertex_v1")
     for name in BEDROCK_ROUTES:
@@ -98,6 +106,18 @@ async def handle_bedrock(request: web.Request) -> web.StreamResponse:
     return await serve_messages(internal, "messages", decoded.body, decoded.body, started)
 
 
+async def handle_bedrock_count(request: web.Request) -> web.StreamResponse:
+    """``POST /model/{model}/count-tokens`` (Claude Code counts a long context this way)."""
+    started = time.perf_counter()
+    text = await _read(request)
+    decoded = bedrock.decode_count(request.match_info["model"], text, ids=request.app[MODEL_IDS])
+    internal = request.clone(
+        rel_url="/v1/messages/count_tokens", headers=internal_headers(request.headers, decoded)
+    )
+    internal[ANSWER_FORMAT] = _BEDROCK_COUNT
+    return await serve_messages(internal, "count_tokens", decoded.body, decoded.body, started)
+
+
 async def handle_vertex(request: web.Request) -> web.StreamResponse:
     """``POST …/publishers/anthropic/models/{model}:rawPredict`` / ``:streamRawPredict`` /
     ``count-tokens:rawPredict``."""
@@ -115,3 +135,12 @@ async def handle_vertex(request: web.Request) -> web.StreamResponse:
 async def handle_inference_profiles(request: web.Request) -> web.StreamResponse:
     """Claude Code's Bedrock startup probe (``?type=SYSTEM_DEFINED``): an empty list."""
     return web.Response(body=bedrock.inference_profiles(), content_type="application/json")
+
+
+async def handle_inference_profile(request: web.Request) -> web.StreamResponse:
+    """``GET /inference-profiles/{id}``: the profile of a Claude model (404 otherwise)."""
+    profile = request.match_info["profile"]
+    body = bedrock.inference_profile(profile, request.app[MODEL_IDS])
+    if body is None:
+        raise NotFound(f"inference profile {profile[:120]!r} not found")
+    return web.Response(body=body, content_type="application/json")
