@@ -33,6 +33,9 @@ class EncodedResponse(web.StreamResponse):
         changed = encoder.status != status
         super().__init__(status=encoder.status, reason=None if changed else reason, headers=headers)
         self._encoder = encoder
+        # as the relay's plain answers: the headers leave with the first body bytes, but a
+        # stream's at once
+        self._send_headers_immediately = encoder.streaming
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter | None:
         if self._encoder.rewrites and not self.prepared:
