@@ -11,7 +11,14 @@ What Claude Code sends in the platform modes (recorded against a plain recording
   profile id unencoded, ``:`` kept) with no credential header, ``anthropic-version: 2023-06-01`` and
   ``anthropic-beta: claude-code-20250219`` headers, ``X-Claude-Code-Session-Id``, and a body
   without ``model``/``stream`` carrying ``"anthropic_version": "bedrock-2023-05-31"`` and
-  ``"anthropic_beta": [...]`` (the other betas: interleaved thinking, tool search).
+  ``"anthropic_beta": [...]`` (the other betas: interleaved thinking, tool search). Once the
+  probe answered, it also asks ``GET /inference-profiles/<profile, %3A-encoded>`` (the model
+  behind the profile) and, in this scenario (long tool results), counts tokens with
+  ``POST /model/<the backing model>/count-tokens`` (``{"input": {"invokeModel": {"body":
+  <base64>}}}``); with ``AWS_BEARER_TOKEN_BEDROCK`` unset, no credential on any of them. With
+  ``AWS_BEARER_TOKEN_BEDROCK`` instead of the skip variable, every request (the probe too) carries
+  ``Authorization: Bearer <token>``; ``ANTHROPIC_CUSTOM_HEADERS`` reaches the inference requests
+  in both modes (how a keys-mode tenant's Claude Code presents its key).
 * Vertex (``CLAUDE_CODE_USE_VERTEX=1``, ``CLAUDE_CODE_SKIP_VERTEX_AUTH=1``,
   ``ANTHROPIC_VERTEX_BASE_URL``; ``ANTHROPIC_VERTEX_PROJECT_ID`` and ``CLOUD_ML_REGION`` are
   required): no probe; ``POST <base>/projects/<p>/locations/<r>/publishers/anthropic/models/
@@ -26,6 +33,7 @@ then encoded as event-stream frames. Skipped without the Claude Code CLI.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -161,3 +169,53 @@ def test_claude_code_in_bedrock_and_vertex_mode_gets_the_same_answer_and_views(
         assert all(r.json()["model"] == INSIDE for r in other_mains), other_context
         assert [_view(r) for r in other_mains] == [_view(r) for r in mains], other_context
     assert _proxy_error_answers(proxy) == [], "\n".join(run[2] for run in runs.values())
+
+
+@pytest.mark.claude_code
+@pytest.mark.timeout(2 * RUN_TIMEOUT + 60)
+def test_claude_code_presents_a_proxy_key_in_bedrock_and_vertex_mode(
+    upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``auth.mode: keys``: Claude Code in Bedrock mode presents the proxy key as its bearer
+    token (``AWS_BEARER_TOKEN_BEDROCK``), in Vertex mode as a custom ``x-api-key`` header; the
+    tenant's provider key goes upstream, the proxy key never does."""
+    claude = find_claude()
+    if claude is None:
+        pytest.skip("Claude Code CLI not found (see tests/test_claude_code.py)")
+    key, provider = "cpk-cc-formats-0123456789", "sk-ant-provider-formats-0123456789"
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    (policies / "acme.yaml").write_text(
+        f"name: acme\napi_keys_sha256: [{digest}]\n"
+        "provider: {mode: env, api_key_env: FORMATS_PROVIDER_KEY}\n"
+    )
+    monkeypatch.setenv("FORMATS_PROVIDER_KEY", provider)
+    proxy: ProxyServer = make_proxy(auth={"mode": "keys"}, policies_dir=str(policies))
+    for mode in ("bedrock", "vertex"):
+        home, work = tmp_path / mode / "home", tmp_path / mode / "work"
+        home.mkdir(parents=True)
+        work.mkdir(parents=True)
+        env = _env(mode, home, proxy.url)
+        if mode == "bedrock":
+            del env["CLAUDE_CODE_SKIP_BEDROCK_AUTH"]
+            env["AWS_BEARER_TOKEN_BEDROCK"] = key
+        else:
+            env["ANTHROPIC_CUSTOM_HEADERS"] = f"x-api-key: {key}"
+        first = len(upstream.requests)
+        upstream.script(*[make_model("/nonexistent/big.log", "/nonexistent/notes.txt")] * 50)
+        proc = subprocess.run(
+            [claude, "-p", "Say hello.", "--output-format", "json"], cwd=work, env=env,
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=RUN_TIMEOUT,
+        )
+        upstream._script.clear()
+        context = f"--- {mode} ---\n" + _describe(proc, [], upstream)
+        assert proc.returncode == 0, context
+        assert json.loads(proc.stdout)["result"] == "ok", context
+        sent = upstream.requests[first:]
+        assert sent, context
+        for request in sent:
+            assert request.headers["x-api-key"] == provider, context
+            assert "authorization" not in request.headers, context
+            assert key.encode() not in request.body, context
