@@ -47,11 +47,13 @@ from proxy.server.appkeys import (
 from proxy.server.compaction.service import CompactionService
 from proxy.server.compaction.thinking import ThinkingGuard
 from proxy.server.context.durable import DurableContext
+from proxy.server.formats.routes import FORMAT_PATHS, add_format_routes
 from proxy.server.http.metrics import CONTENT_TYPE, new_metrics
 from proxy.server.http.readiness import StoreReadiness
 from proxy.server.ledger import LEDGER, LedgerRecorder
 from proxy.server.maintenance.retention import retention_ctx
 from proxy.server.messages import BODIES, handle_messages, route_of, upstream_headers
+from proxy.server.relay.answer import ERROR_FORMATS, ErrorRenderer
 from proxy.server.relay.forward import Forwarder
 from proxy.sources.resolver import SourceResolver
 from proxy.store import open_store
@@ -60,13 +62,17 @@ from proxy.tenants import load_tenancy
 log = logging.getLogger("context_proxy.app")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# the paths admission and authentication apply to: the Anthropic API's and the client formats'
+API_PATHS = ("/v1/", *FORMAT_PATHS)
 ReadinessCheck = Callable[[], Awaitable[bool]]
 
 
-def _error_response(exc: ProxyError) -> web.Response:
+def _error_response(exc: ProxyError, render: ErrorRenderer | None = None) -> web.Response:
     request_id = new_request_id()
     headers = {"request-id": request_id, "x-should-retry": "true" if exc.status >= 500 else "false"}
     headers.update(exc.headers)
+    if render is not None:  # a client format's route: its own error shape
+        return render(exc.status, exc.error_type, exc.message, request_id, headers)
     return web.Response(
         status=exc.status,
         body=error_body(exc.error_type, exc.message, request_id),
@@ -84,7 +90,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         response = await handler(request)
     except ProxyError as exc:
         log.info("[error] %s %s -> %d %s", request.method, route, exc.status, exc.error_type)
-        response = _error_response(exc)
+        response = _error_response(exc, request.app[ERROR_FORMATS].get(route))
     except web.HTTPException as exc:
         if exc.status == 404:
             response = _error_response(NotFound(f"{request.method} {request.path}: not found"))
@@ -97,7 +103,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             "[error] %s %s -> 500 unexpected %s", request.method, route, type(exc).__name__,
             exc_info=True,
         )
-        response = _error_response(ProxyError("internal error in the proxy"))
+        response = _error_response(
+            ProxyError("internal error in the proxy"), request.app[ERROR_FORMATS].get(route)
+        )
     metrics.child(metrics.requests, route, str(response.status)).inc()
     return response
 
@@ -105,7 +113,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 @web.middleware
 async def admission_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuses new API work while draining or at the concurrency limit (529 + retry-after)."""
-    if not request.path.startswith("/v1/"):
+    if not request.path.startswith(API_PATHS):
         return await handler(request)
     state = request.app[STATE]
     if state.draining:
@@ -121,9 +129,10 @@ async def admission_middleware(request: web.Request, handler: Handler) -> web.St
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every /v1/* request belongs to a tenant: its proxy-issued key (``auth.mode: keys``) or the
-    single default tenant (``passthrough``). An unknown key is 401, nothing forwarded."""
-    if request.path.startswith("/v1/"):
+    """Every API request (``/v1/*``, and the client formats' paths) belongs to a tenant: its
+    proxy-issued key (``auth.mode: keys``) or the single default tenant (``passthrough``). An
+    unknown key is 401, nothing forwarded."""
+    if request.path.startswith(API_PATHS):
         tenant = request.app[TENANCY].current.authenticate(request.headers)
         if tenant is None:
             raise AuthenticationFailed("invalid x-api-key")
@@ -250,6 +259,7 @@ def build_app(config: Config) -> web.Application:
     app[THINKING] = ThinkingGuard(thinking_overrides(config.models))
     app[METRICS] = new_metrics()
     app[STATE] = ProxyState()
+    app[ERROR_FORMATS] = {}
     app.cleanup_ctx.append(_upstream_session)
     app.cleanup_ctx.append(retention_ctx)  # after the store opens, stopped before it closes
     app.on_shutdown.append(_on_shutdown)
@@ -259,6 +269,7 @@ def build_app(config: Config) -> web.Application:
     app.router.add_get("/metrics", handle_metrics, name="metrics")
     app.router.add_post("/v1/messages", handle_messages, name="messages")
     app.router.add_post("/v1/messages/count_tokens", handle_messages, name="count_tokens")
+    add_format_routes(app)  # Bedrock and Vertex clients; before the passthrough
     app.router.add_route("*", "/v1/{tail:.*}", handle_passthrough, name="passthrough")
     add_admin_routes(app)
     add_console_routes(app)

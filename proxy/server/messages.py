@@ -101,7 +101,7 @@ async def read_body(request: web.Request, limit: int) -> bytes:
     return body
 
 
-def _decoded_for_inspection(request: web.Request, raw: bytes, limit: int) -> bytes:
+def decoded_for_inspection(request: web.Request, raw: bytes, limit: int) -> bytes:
     """The JSON text of a body sent with ``Content-Encoding: gzip|deflate`` (forwarded as sent)."""
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     if encoding in ("", "identity"):
@@ -157,20 +157,26 @@ def parse_messages_body(text: bytes, memo: BodyMemo | None = None, scope: str = 
 async def handle_messages(request: web.Request) -> web.StreamResponse:
     """POST /v1/messages and /v1/messages/count_tokens."""
     started = time.perf_counter()
-    app = request.app
-    config = app[CONFIG]
-    route = route_of(request)
-    limit = config.limits.max_body_bytes
+    limit = request.app[CONFIG].limits.max_body_bytes
     raw = await read_body(request, limit)
+    text = decoded_for_inspection(request, raw, limit)
+    return await serve_messages(request, route_of(request), raw, text, started)
+
+
+async def serve_messages(
+    request: web.Request, route: str, raw: bytes, text: bytes, started: float
+) -> web.StreamResponse:
+    """A Messages request, read: ``raw`` is what goes upstream when nothing changes, ``text`` its
+    JSON (``raw`` decoded when it came compressed). ``request`` is the one the answer is written
+    to; its path, method and headers are the internal Messages request's: the client's own on
+    ``/v1/messages``, or the clone a client format decoded its request into
+    (``proxy.server.formats``), whose answer a format encoder writes (``relay.answer``)."""
+    app = request.app
     app[METRICS].request_bytes.labels(route).observe(len(raw))
     tenant_policy = request[REQUEST_TENANT]
     tenant = tenant_policy.name
     conversation = conversation_from(request.headers)
-    parsed = parse_messages_body(
-        _decoded_for_inspection(request, raw, limit),
-        app[BODIES],
-        _memo_scope(request, tenant, conversation),
-    )
+    parsed = parse_messages_body(text, app[BODIES], _memo_scope(request, tenant, conversation))
     body = parsed.body
     n = len(body["messages"])
     keep = range(max(0, n - CHECKPOINTS_KEPT), n + 1) if parsed.rememberable else ()

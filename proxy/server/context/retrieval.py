@@ -54,6 +54,7 @@ from proxy.core.compaction.retrieval import (
 from proxy.core.conversation import Conversation
 from proxy.core.pointers import ArtifactPointer, BadPointer, TranscriptPointer, parse_pointer
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable, new_request_id, sse_error_event
+from proxy.server.relay.answer import client_response
 from proxy.server.relay.forward import Forwarder, RelayOutcome, response_headers_for_client
 from proxy.server.relay.splice import PING, Splice, split_events
 from proxy.server.relay.sse import EventSplitter
@@ -372,7 +373,9 @@ class RetrievalLoop:
                 )
                 headers["Content-Type"] = "application/json"
         headers[RETRIEVALS_HEADER] = str(self.rounds)
-        response = web.StreamResponse(status=status, headers=headers)
+        response = client_response(
+            self.request, web.StreamResponse, status=status, headers=headers
+        )
         response.content_length = len(body)
         await response.prepare(self.request)
         self._observe(received_at, on_prepared)
@@ -433,7 +436,9 @@ class RetrievalLoop:
         tap: Callable[[bytes], None],
     ) -> tuple[web.StreamResponse, RelayOutcome]:
         received_at = time.perf_counter()
-        response = web.StreamResponse(status=200, headers=headers)
+        response = client_response(
+            self.request, web.StreamResponse, status=200, headers=headers
+        )
         outcome = RelayOutcome(status=200, completed=False, is_sse=True)
         splice = Splice()
         self._usages = splice.round_usages

@@ -27,6 +27,7 @@ from proxy.errors import (
     sse_error_event,
 )
 from proxy.server.http.metrics import Metrics
+from proxy.server.relay.answer import client_response
 from proxy.server.relay.sse import EventSplitter
 
 log = logging.getLogger("context_proxy.forward")
@@ -204,7 +205,9 @@ class Forwarder:
         content_type = upstream.headers.get("Content-Type", "")
         is_sse = content_type.startswith("text/event-stream")
         response_class = web.StreamResponse if is_sse else _BodyResponse
-        response = response_class(status=upstream.status, reason=upstream.reason, headers=headers)
+        response = client_response(
+            request, response_class, status=upstream.status, reason=upstream.reason, headers=headers
+        )
         length = upstream.headers.get("Content-Length")
         if length is not None and not (decoded and "Content-Encoding" in upstream.headers):
             response.content_length = int(length)

@@ -1,0 +1,146 @@
+"""The Bedrock InvokeModel and Vertex rawPredict routes: each request decoded into the internal
+Messages request, served by the one Messages handler, its answer written in the client's format.
+
+The internal request is a clone of the client's (``web.Request.clone``: the same connection,
+tenant and state) with the Messages path, the ``anthropic-version`` and ``anthropic-beta``
+headers the body carried, and the platform's own headers (``x-amz-*``, ``amz-sdk-*``,
+``x-goog-*``, a SigV4 ``Authorization``) left out; the client's credential (``x-api-key`` or
+``Authorization: Bearer``) stays, so authentication, the tenant's upstream credentials and the
+body memo's scope work as on ``/v1/messages``. ``serve_messages`` then validates, injects,
+compacts, forwards and relays exactly as for an Anthropic client; a Bedrock answer is encoded by
+``formats.answer.BedrockAnswer``, a Vertex answer is the Anthropic one.
+"""
+
+from __future__ import annotations
+
+import time
+
+from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
+
+from proxy.core.model_ids import ModelIds
+from proxy.errors import NotFound
+from proxy.formats import bedrock, vertex
+from proxy.formats.request import Decoded, merge_betas
+from proxy.server.appkeys import CONFIG
+from proxy.server.formats.answer import BedrockAnswer, render_bedrock_error, render_vertex_error
+from proxy.server.messages import decoded_for_inspection, read_body, serve_messages
+from proxy.server.relay.answer import ANSWER_FORMAT, ERROR_FORMATS
+
+# the model table the formats name models by (an entry per Anthropic, Bedrock, Vertex spelling)
+MODEL_IDS = web.AppKey("model_ids", ModelIds)
+# the paths of the client formats' API routes (admission and authentication apply to them)
+FORMAT_PATHS = ("/model/", "/projects/", "/v1/projects/")
+_VERTEX_PATH = "/projects/{project}/locations/{region}/publishers/anthropic/models/{target}"
+BEDROCK_ROUTES = (
+    "bedrock_invoke", "bedrock_stream", "bedrock_count", "bedrock_profiles", "bedrock_profile"
+)
+VERTEX_ROUTES = ("vertex", "vertex_v1")
+# the platforms' own request headers: meaningless to the Messages API
+_PLATFORM_HEADERS = ("x-amz-", "x-amzn-", "amz-sdk-", "x-goog-")
+_REPLACED = frozenset({"content-length", "content-encoding", "anthropic-version", "anthropic-beta"})
+_BEDROCK = BedrockAnswer()
+_BEDROCK_COUNT = BedrockAnswer(counting=True)
+
+
+def add_format_routes(app: web.Application) -> None:
+    """Mount the routes (before the ``/v1/*`` passthrough: Vertex paths may start with it)."""
+    app[MODEL_IDS] = ModelIds()
+    router = app.router
+    router.add_post("/model/{model:.+}/invoke", handle_bedrock, name="bedrock_invoke")
+    router.add_post(
+        "/model/{model:.+}/invoke-with-response-stream", handle_bedrock, name="bedrock_stream"
+    )
+    router.add_post("/model/{model:.+}/count-tokens", handle_bedrock_count, name="bedrock_count")
+    router.add_get("/inference-profiles", handle_inference_profiles, name="bedrock_profiles")
+    router.add_get(
+        "/inference-profiles/{profile:.+}", handle_inference_profile, name="bedrock_profile"
+    )
+    router.add_post(_VERTEX_PATH, handle_vertex, name="vertex")
+    router.add_post("/v1" + _VERTEX_PATH, handle_vertex, name="vertex_v1")
+    for name in BEDROCK_ROUTES:
+        app[ERROR_FORMATS][name] = render_bedrock_error
+    for name in VERTEX_ROUTES:
+        app[ERROR_FORMATS][name] = render_vertex_error
+
+
+async def _read(request: web.Request) -> bytes:
+    """The body's JSON text (bounded; inflated when sent compressed)."""
+    limit = request.app[CONFIG].limits.max_body_bytes
+    raw = await read_body(request, limit)
+    return decoded_for_inspection(request, raw, limit)
+
+
+def internal_headers(headers: CIMultiDictProxy[str], decoded: Decoded) -> CIMultiDict[str]:
+    """The internal Messages request's headers (see the module's docstring)."""
+    out: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        low = name.lower()
+        if low in _REPLACED or low.startswith(_PLATFORM_HEADERS):
+            continue
+        if low == "authorization" and value.startswith("AWS4-"):
+            continue  # a SigV4 signature of the client's request: nothing upstream can check
+        if low == "accept" and "eventstream" in value:
+            continue
+        out.add(name, value)
+    out["anthropic-version"] = decoded.version
+    betas = merge_betas(",".join(headers.getall("anthropic-beta", [])), decoded.betas)
+    if betas is not None:
+        out["anthropic-beta"] = betas
+    out["Content-Type"] = "application/json"
+    return out
+
+
+async def handle_bedrock(request: web.Request) -> web.StreamResponse:
+    """``POST /model/{model}/invoke`` and ``/invoke-with-response-stream``."""
+    started = time.perf_counter()
+    stream = request.match_info.route.name == "bedrock_stream"
+    text = await _read(request)
+    decoded = bedrock.decode(
+        request.match_info["model"], text, stream=stream, ids=request.app[MODEL_IDS]
+    )
+    internal = request.clone(
+        rel_url="/v1/messages", headers=internal_headers(request.headers, decoded)
+    )
+    internal[ANSWER_FORMAT] = _BEDROCK
+    return await serve_messages(internal, "messages", decoded.body, decoded.body, started)
+
+
+async def handle_bedrock_count(request: web.Request) -> web.StreamResponse:
+    """``POST /model/{model}/count-tokens`` (Claude Code counts a long context this way)."""
+    started = time.perf_counter()
+    text = await _read(request)
+    decoded = bedrock.decode_count(request.match_info["model"], text, ids=request.app[MODEL_IDS])
+    internal = request.clone(
+        rel_url="/v1/messages/count_tokens", headers=internal_headers(request.headers, decoded)
+    )
+    internal[ANSWER_FORMAT] = _BEDROCK_COUNT
+    return await serve_messages(internal, "count_tokens", decoded.body, decoded.body, started)
+
+
+async def handle_vertex(request: web.Request) -> web.StreamResponse:
+    """``POST …/publishers/anthropic/models/{model}:rawPredict`` / ``:streamRawPredict`` /
+    ``count-tokens:rawPredict``."""
+    started = time.perf_counter()
+    model, method = vertex.split_target(request.match_info["target"])
+    text = await _read(request)
+    decoded, counting = vertex.decode(model, method, text, ids=request.app[MODEL_IDS])
+    path, route = ("/v1/messages/count_tokens", "count_tokens") if counting else (
+        "/v1/messages", "messages"
+    )
+    internal = request.clone(rel_url=path, headers=internal_headers(request.headers, decoded))
+    return await serve_messages(internal, route, decoded.body, decoded.body, started)
+
+
+async def handle_inference_profiles(request: web.Request) -> web.StreamResponse:
+    """Claude Code's Bedrock startup probe (``?type=SYSTEM_DEFINED``): an empty list."""
+    return web.Response(body=bedrock.inference_profiles(), content_type="application/json")
+
+
+async def handle_inference_profile(request: web.Request) -> web.StreamResponse:
+    """``GET /inference-profiles/{id}``: the profile of a Claude model (404 otherwise)."""
+    profile = request.match_info["profile"]
+    body = bedrock.inference_profile(profile, request.app[MODEL_IDS])
+    if body is None:
+        raise NotFound(f"inference profile {profile[:120]!r} not found")
+    return web.Response(body=body, content_type="application/json")
