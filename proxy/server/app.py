@@ -52,6 +52,7 @@ from proxy.server.http.readiness import StoreReadiness
 from proxy.server.ledger import LEDGER, LedgerRecorder
 from proxy.server.maintenance.retention import retention_ctx
 from proxy.server.messages import BODIES, handle_messages, route_of, upstream_headers
+from proxy.server.quota import QUOTA, QUOTA_TICKET, QuotaKeeper
 from proxy.server.relay.forward import Forwarder
 from proxy.sources.resolver import SourceResolver
 from proxy.store import open_store
@@ -98,6 +99,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             exc_info=True,
         )
         response = _error_response(ProxyError("internal error in the proxy"))
+    finally:
+        ticket = request.get(QUOTA_TICKET)
+        if ticket is not None:  # a request that never reached the provider: its reservation back
+            ticket.finish()
     metrics.child(metrics.requests, route, str(response.status)).inc()
     return response
 
@@ -223,12 +228,14 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[STATE].readiness_checks.append(StoreReadiness(store))  # the store as requests see it
     app[LEDGER] = LedgerRecorder(store, app[METRICS], config)
     app[LEDGER].start()
+    app[QUOTA] = QuotaKeeper(store, app[LEDGER].prices)
     try:
         yield
     finally:
         await app[DURABLE].drain()
         await app[DURABLE].checks.close()
         await app[LEDGER].close()
+        await app[QUOTA].close()
         await store.close()
         await app[COMPACTION].close()
         await session.close()
