@@ -85,6 +85,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         response = await handler(request)
     except ProxyError as exc:
         log.info("[error] %s %s -> %d %s", request.method, route, exc.status, exc.error_type)
+        ticket = request.get(QUOTA_TICKET)
+        if ticket is not None:  # an admitted request's errors carry its allowance too
+            exc.headers = {**ticket.headers, **exc.headers}
         response = _error_response(exc)
     except web.HTTPException as exc:
         if exc.status == 404:
