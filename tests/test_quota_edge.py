@@ -364,3 +364,17 @@ def test_the_429_body_is_exactly_the_anthropic_shape(
     assert set(body) == {"type", "error", "request_id"} and set(body["error"]) == {"type", "message"}
     assert body["request_id"] == raw.headers["request-id"]
     assert ACME_KEY not in raw.text and sha(ACME_KEY) not in raw.text
+
+
+def test_the_example_policies_load_with_their_quota(tmp_path: Path) -> None:
+    from proxy.config import parse_config
+    from proxy.core.quota import Allowance
+    from proxy.tenants import load_tenancy
+
+    root = Path(__file__).resolve().parent.parent / "policies"
+    config = parse_config({"auth": {"mode": "keys"}, "policies_dir": str(root), "state_dir": str(tmp_path)})
+    tenancy = load_tenancy(config, environ={"ACME_ANTHROPIC_KEY": "sk-x", "GLOBEX_ANTHROPIC_KEY": "sk-y"})
+    acme = tenancy.by_name("acme")
+    assert acme is not None and acme.quota is not None
+    assert acme.quota.tenant == Allowance(600, 0, 80000, 250.0, "month")
+    assert acme.quota.per_key == Allowance(requests_per_minute=120)

@@ -11,7 +11,9 @@ running is never cut: nothing is checked after the upstream call.
 Every upstream call made for an admitted request is charged to its ticket as it is recorded in
 the usage ledger (:func:`proxy.server.ledger.record_upstream_call`: the client's call, each
 summary attempt, each retrieval round), priced by the ledger's own table; the increments are
-written in the background (never on the answer's path). The client call's charge replaces its
+written in the background (never on the answer's path), coalesced: while one write is on its way,
+the next settlements add up in memory and go in the next statement (one per tenant), so under load
+the store sees a write per batch, not per call. The client call's charge replaces its
 output reservation; a request that never reached the provider gives the reservation back when the
 handler ends (:meth:`Ticket.finish`).
 
@@ -84,6 +86,9 @@ class QuotaKeeper:
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_sweep = 0
+        # settlements not written yet: (tenant, scope, metric, window start) -> their sum
+        self._pending: dict[tuple[str, str, str, int], Counter] = {}
+        self._flusher: asyncio.Task[None] | None = None
 
     def now_ms(self) -> int:
         return int(self.clock() * 1000)
@@ -122,9 +127,23 @@ class QuotaKeeper:
     def add_later(self, tenant: str, counters: Sequence[Counter]) -> None:
         if not counters:
             return
-        task = asyncio.get_running_loop().create_task(self._add(tenant, counters))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        pending = self._pending
+        for c in counters:
+            key = (tenant, *c.key)
+            before = pending.get(key)
+            pending[key] = c if before is None else replace(before, delta=before.delta + c.delta)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, {}
+            tenants: dict[str, list[Counter]] = {}
+            for (tenant, *_key), c in sorted(batch.items()):
+                if c.delta:
+                    tenants.setdefault(tenant, []).append(c)
+            for tenant, counters in tenants.items():
+                await self._add(tenant, counters)
 
     async def _add(self, tenant: str, counters: Sequence[Counter]) -> None:
         try:
@@ -148,14 +167,15 @@ class QuotaKeeper:
 
     async def drain(self) -> None:
         """Wait for every queued write (bound it with ``asyncio.timeout``)."""
-        while self._tasks:
-            await asyncio.gather(*tuple(self._tasks), return_exceptions=True)
+        while self._tasks or (self._flusher is not None and not self._flusher.done()):
+            waiting = [*self._tasks, *([self._flusher] if self._flusher is not None else [])]
+            await asyncio.gather(*waiting, return_exceptions=True)
 
     async def close(self, grace_seconds: float = 5.0) -> None:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(grace_seconds):
                 await self.drain()
-        for task in tuple(self._tasks):
+        for task in (*self._tasks, *([self._flusher] if self._flusher is not None else [])):
             task.cancel()
 
 

@@ -9,18 +9,31 @@ whole), so replicas sharing the store count as one. The rows are given in key or
 cycle. What the counters mean is :mod:`proxy.core.quota`'s.
 
 Windows that ended are deleted by :meth:`delete_quota_before` (the edge calls it now and then).
+
+SQLite: the counters have a connection and a thread of their own (:class:`_Lane`), so that an
+admission never waits in the queue of the store's background writes (transcripts, plans, ledger
+batches; it still waits for the file's write lock while another transaction holds it), and it
+commits with ``synchronous = NORMAL``: no fsync per admission (measured: 0.35 ms -> 0.08 ms a
+statement on ext4). A power loss (not a crash of the process) may then forget the last counts of
+the current window: an under-count, as for a lost settlement.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from proxy.core.durable import FieldError, InvalidWrite
 from proxy.core.quota import METRICS, Counter
-from proxy.store.base import check_keys
+from proxy.store.base import StoreBusy, StoreUnavailable, check_keys
+
+if TYPE_CHECKING:
+    from proxy.store.health import StoreHealth
 
 __all__ = [
     "MIGRATION",
@@ -107,13 +120,81 @@ def _flat(rows: list[tuple[Any, ...]]) -> list[Any]:
     return [v for row in rows for v in row]
 
 
+class _Lane:
+    """The SQLite counters' own connection, on its own thread (opened at first use)."""
+
+    def __init__(self, path: Path, busy_timeout_ms: int) -> None:
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-sqlite-quota")
+        self.conn: sqlite3.Connection | None = None
+        self.closed = False
+
+    def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """In the lane's thread: ``fn`` on the connection; errors as the store's."""
+        try:
+            if self.closed:
+                raise StoreUnavailable("the store is closed")
+            if self.conn is None:
+                conn = sqlite3.connect(
+                    self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None
+                )
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                self.conn = conn
+            return fn(self.conn)
+        except sqlite3.Error as exc:
+            name = getattr(exc, "sqlite_errorname", type(exc).__name__)
+            if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+                raise StoreBusy(f"the store is busy ({name})") from exc
+            raise StoreUnavailable(f"the store failed ({name})") from exc
+
+    def close(self) -> None:
+        self.closed = True
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
 class SQLiteQuota:
     """The counter methods of :class:`proxy.store.sqlite.SQLiteStore`."""
 
     if TYPE_CHECKING:
+        _path: Path
+        _busy_timeout_ms: int
+        _closed: bool
+        health: StoreHealth
 
-        async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
-        async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+    _quota_lane: _Lane | None = None
+
+    async def _quota(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise StoreUnavailable("the store is closed")
+        lane = self._quota_lane
+        if lane is None:
+            lane = self._quota_lane = _Lane(self._path, self._busy_timeout_ms)
+        started = self.health.begin()
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(lane.executor, lane.call, fn)
+        except StoreBusy:
+            self.health.ended("writes", started, None)
+            raise
+        except StoreUnavailable as exc:
+            if not self._closed:
+                self.health.ended("writes", started, exc)
+            raise
+        except RuntimeError:  # the executor was shut down by a concurrent close()
+            raise StoreUnavailable("the store is closed") from None
+        self.health.ended("writes", started, None)
+        return result
+
+    async def _close_quota(self) -> None:
+        lane, self._quota_lane = self._quota_lane, None
+        if lane is not None:
+            try:
+                await asyncio.get_running_loop().run_in_executor(lane.executor, lane.close)
+            finally:
+                lane.executor.shutdown(wait=False)
 
     async def quota_add(
         self, tenant: str, counters: Sequence[Counter]
@@ -124,13 +205,13 @@ class SQLiteQuota:
         if not rows:
             return {}
         sql, params = _upsert_sql(len(rows)), _flat(rows)
-        return await self._run(lambda conn: _values(conn.execute(sql, params).fetchall()))
+        return await self._quota(lambda conn: _values(conn.execute(sql, params).fetchall()))
 
     async def quota_current(self, tenant: str, now_ms: int) -> tuple[CounterRow, ...]:
         """The tenant's counters whose window holds ``now_ms`` (every scope)."""
         check_keys(tenant)
         params = (tenant, int(now_ms), int(now_ms))
-        return await self._read(
+        return await self._quota(
             lambda conn: tuple(
                 (str(r[0]), str(r[1]), int(r[2]), int(r[3]), int(r[4]))
                 for r in conn.execute(_CURRENT, params).fetchall()
@@ -139,7 +220,7 @@ class SQLiteQuota:
 
     async def delete_quota_before(self, cutoff_ms: int) -> int:
         """Delete the counters whose window ended before ``cutoff_ms``; how many."""
-        return await self._run(lambda conn: conn.execute(_DELETE, (int(cutoff_ms),)).rowcount)
+        return await self._quota(lambda conn: conn.execute(_DELETE, (int(cutoff_ms),)).rowcount)
 
 
 _PLACEHOLDER = re.compile(r"\?")

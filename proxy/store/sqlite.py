@@ -735,6 +735,7 @@ class SQLiteStore(SQLiteUsage, SQLiteQuota):
 
         loop = asyncio.get_running_loop()
         try:
+            await self._close_quota()
             await loop.run_in_executor(self._read_executor, self._disconnect_reader)
             await loop.run_in_executor(self._executor, job)
         finally:
