@@ -378,3 +378,29 @@ def test_the_example_policies_load_with_their_quota(tmp_path: Path) -> None:
     assert acme is not None and acme.quota is not None
     assert acme.quota.tenant == Allowance(600, 0, 80000, 250.0, "month")
     assert acme.quota.per_key == Allowance(requests_per_minute=120)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_hidden_retrieval_rounds_count_to_the_tenant(
+    upstream: FakeUpstream, make_proxy: Any, tmp_path: Path, loop_thread: LoopThread, stream: bool
+) -> None:
+    from tests.test_retrieval import CUT, SESSION, _ask, _call, _client, _round, _scripted, _text
+
+    policies = tmp_path / "solo"
+    policies.mkdir()
+    quota = {"input_tokens_per_minute": 10**6, "output_tokens_per_minute": 10**6}
+    (policies / "solo.yaml").write_text(
+        yaml.safe_dump({"name": "solo", "provider": {"mode": "passthrough"}, "quota": quota,
+                        "admin_tokens_sha256": [sha(ACME_ADMIN)]})
+    )  # fmt: skip
+    proxy: ProxyServer = make_proxy(compaction=dict(CUT), policies_dir=str(policies))
+    proxy.app[QUOTA].clock = Clock("2026-12-04T10:21:00")
+    first = _round([_text("Reading."), _call()], "tool_use", 100, 20)
+    second = _round([_text("Again."), _call(offset=10, tool_id="toolu_r2")], "tool_use", 7000, 15)
+    third = _round([_text("Found it.")], "end_turn", 7100, 9)
+    upstream.script(*[_scripted(m, stream) for m in (first, second, third)])
+    final, headers = _ask(_client(proxy, SESSION), stream)
+    assert final.usage.input_tokens == 14200
+    assert headers["x-context-proxy-ratelimit-output-tokens-remaining"] == str(10**6 - 100)  # max_tokens
+    body = quota_json(proxy, loop_thread)
+    assert (used(body, "input_tokens"), used(body, "output_tokens")) == (14200, 44)
