@@ -404,3 +404,25 @@ def test_hidden_retrieval_rounds_count_to_the_tenant(
     assert headers["x-context-proxy-ratelimit-output-tokens-remaining"] == str(10**6 - 100)  # max_tokens
     body = quota_json(proxy, loop_thread)
     assert (used(body, "input_tokens"), used(body, "output_tokens")) == (14200, 44)
+
+
+def test_the_quota_route_answers_503_when_the_store_is_down_and_401_without_a_token(
+    upstream: FakeUpstream, make_proxy: Any, tmp_path: Path
+) -> None:
+    from proxy.store import StoreUnavailable
+
+    proxy = limited(make_proxy, tmp_path, {"requests_per_minute": 5}, Clock("2026-12-04T10:21:00"))
+    store = proxy.app[STORE]
+
+    async def down(*args: Any, **kwargs: Any) -> Any:
+        raise StoreUnavailable("the store failed (test)")
+
+    assert httpx.get(proxy.url + "/admin/v1/quota").status_code == 401
+    original = store.quota_current
+    store.quota_current = down  # type: ignore[method-assign]
+    try:
+        answer = httpx.get(proxy.url + "/admin/v1/quota", headers={"Authorization": f"Bearer {ACME_ADMIN}"})
+    finally:
+        store.quota_current = original  # type: ignore[method-assign]
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+    assert answer.json()["error"]["type"] == "api_error"
