@@ -18,7 +18,7 @@ import orjson
 import pytest
 import yaml
 
-from proxy.server.appkeys import STORE
+from proxy.server.appkeys import METRICS, STORE
 from proxy.server.ledger import LEDGER
 from proxy.server.quota import QUOTA
 from tests.harness import LoopThread, ProxyServer
@@ -144,6 +144,10 @@ def test_requests_over_the_limit_are_429_before_the_upstream_and_the_minute_roll
     assert headers["retry-after"] == "45" and headers["x-should-retry"] == "true"
     assert headers["x-context-proxy-ratelimit-requests-remaining"] == "0"
     assert len(upstream.requests) == 3  # the refused request never reached the provider
+    registry = proxy.app[METRICS].registry
+    assert registry.get_sample_value(
+        "context_proxy_quota_refusals_total", {"tenant": "acme", "limit": "requests"}
+    ) == 1
     # another tenant without limits: no headers, never refused
     raw = create(proxy, GLOBEX_KEY)
     assert not any(h.startswith("x-context-proxy-") for h in raw.headers)

@@ -231,7 +231,7 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[STATE].readiness_checks.append(StoreReadiness(store))  # the store as requests see it
     app[LEDGER] = LedgerRecorder(store, app[METRICS], config)
     app[LEDGER].start()
-    app[QUOTA] = QuotaKeeper(store, app[LEDGER].prices)
+    app[QUOTA] = QuotaKeeper(store, app[LEDGER].prices, app[METRICS])
     try:
         yield
     finally:

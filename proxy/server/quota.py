@@ -39,6 +39,7 @@ from proxy.core.provider_usage import Usage
 from proxy.core.quota import Counter, admission, charge_of, decide, rate_headers, settlement
 from proxy.errors import RateLimited
 from proxy.server.appkeys import REQUEST_TENANT
+from proxy.server.http.metrics import Metrics
 from proxy.store.base import Store, StoreError
 from proxy.tenants import Tenant, key_id
 
@@ -80,9 +81,16 @@ class Ticket:
 class QuotaKeeper:
     """Admission and settlement of the tenants' budgets and rate limits (one per process)."""
 
-    def __init__(self, store: Store, prices: PriceTable, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: Store,
+        prices: PriceTable,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
         self.prices = prices
+        self.metrics = metrics
         self.clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
         self._last_sweep = 0
@@ -114,6 +122,9 @@ class QuotaKeeper:
         if not decision.admitted:
             taken = tuple(replace(c, delta=-c.delta) for c in counters if c.delta)
             await self._add(tenant.name, taken)  # before answering: the next request sees it
+            if self.metrics is not None:
+                for s in decision.refused:
+                    self.metrics.quota_refusals.labels(tenant.name, s.counter.metric).inc()
             raise RateLimited(
                 decision.message(tenant.name),
                 retry_after_seconds=decision.retry_after,
