@@ -155,3 +155,48 @@ def test_spend_and_tokens_overshoot_by_at_most_the_requests_in_flight(
     assert {_post(p.url).status_code for p in replicas.proxies} == {429}
     replicas.clock.set("2026-12-05T00:00:00")
     assert {_post(p.url).status_code for p in replicas.proxies} == {200}
+
+
+def test_two_serve_processes_share_one_rate_limit(upstream: FakeUpstream, tmp_path: Path) -> None:
+    """The same race against two real ``context-proxy serve`` processes (their own clocks: the
+    wall clock) on one PostgreSQL schema."""
+    import time
+
+    from tests.test_cli import ServeProcess
+
+    with fresh_schema("quota") as url:
+        config = tmp_path / "replica.yaml"
+        config.write_text(
+            orjson.dumps(
+                {
+                    "upstream": {"base_url": upstream.url},
+                    "auth": {"mode": "keys"},
+                    "policies_dir": str(write_policies(tmp_path, {"requests_per_minute": 10})),
+                    "store": {"url": url},
+                    "state_dir": str(tmp_path / "state"),
+                    "shutdown": {"grace_seconds": 5},
+                }
+            ).decode()  # JSON is YAML
+        )
+        replicas = [ServeProcess(config)]
+        try:
+            replicas.append(ServeProcess(config))
+            upstream.script(*[_answer(0.3)] * 40)
+            if time.time() % 60 > 50:  # the race must fit in one minute window
+                time.sleep(60.5 - time.time() % 60)
+            urls = itertools.cycle([r.url for r in replicas])
+            with ThreadPoolExecutor(max_workers=30) as pool:
+                answers = list(pool.map(_post, [next(urls) for _ in range(30)]))
+            statuses = sorted(r.status_code for r in answers)
+            assert statuses.count(200) == 10 and statuses.count(429) == 20
+            assert len([r for r in upstream.requests if r.path == "/v1/messages"]) == 10
+            refusal = next(r for r in answers if r.status_code == 429)
+            assert refusal.json()["error"]["type"] == "rate_limit_error"
+            assert 1 <= int(refusal.headers["retry-after"]) <= 60
+            quota = httpx.get(
+                replicas[0].url + "/admin/v1/quota", headers={"Authorization": f"Bearer {ACME_ADMIN}"}, timeout=10
+            ).json()
+            assert [(e["metric"], e["used"], e["remaining"]) for e in quota["limits"]] == [("requests", 10, 0)]
+        finally:
+            for replica in replicas:
+                replica.stop()
