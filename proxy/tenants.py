@@ -423,7 +423,7 @@ def _tenant(
             )
     provider = _provider(raw.provider, env, errors)
     check_compaction(raw.compaction, "compaction", errors)
-    quota = build_quota(raw.quota, mode, errors)
+    quota = build_quota(raw.quota, mode, raw.api_keys_sha256, errors)
     if mode == "passthrough":
         default_base = os.path.join(state_dir, "sources")
     else:

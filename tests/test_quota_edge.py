@@ -345,7 +345,7 @@ def test_policy_keys_are_validated(tmp_path: Path) -> None:
         yaml.safe_dump({"name": "one", "provider": {"mode": "passthrough"}, "quota": {"per_key": {"requests_per_minute": 5}}})
     )
     config = parse_config({"policies_dir": str(passthrough), "state_dir": str(tmp_path)})
-    with pytest.raises(PolicyError, match=r"key 'quota\.per_key': expected it only with auth\.mode 'keys'"):
+    with pytest.raises(PolicyError, match=r"key 'quota\.per_key': expected it \(and quota\.keys\) only with auth\.mode 'keys'"):
         load_tenancy(config)
     (passthrough / "one.yaml").write_text(
         yaml.safe_dump({"name": "one", "provider": {"mode": "passthrough"}, "quota": {"requests_per_minute": 5}})
@@ -430,3 +430,39 @@ def test_the_quota_route_answers_503_when_the_store_is_down_and_401_without_a_to
         store.quota_current = original  # type: ignore[method-assign]
     assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
     assert answer.json()["error"]["type"] == "api_error"
+
+
+def test_a_key_listed_in_keys_has_its_own_allowance_instead_of_per_key(
+    upstream: FakeUpstream, make_proxy: Any, tmp_path: Path, loop_thread: LoopThread
+) -> None:
+    clock = Clock("2026-12-04T10:21:00")
+    quota = {"per_key": {"requests_per_minute": 1}, "keys": [{"key_sha256": sha(ACME_KEY_2), "requests_per_minute": 3}]}
+    proxy = limited(make_proxy, tmp_path, quota, clock)
+    second = f"key:{sha(ACME_KEY_2)[:16]}"
+    body = quota_json(proxy, loop_thread)  # a key of its own is shown before it is used
+    assert [(e["scope"], e["limit"], e["used"]) for e in body["limits"]] == [(second, 3, 0)]
+    assert body["allowance"]["keys"][sha(ACME_KEY_2)[:16]]["requests_per_minute"] == 3
+    create(proxy, ACME_KEY)
+    assert "per key requests per minute (1)" in refused(proxy, ACME_KEY).message
+    assert [create(proxy, ACME_KEY_2).headers["x-context-proxy-ratelimit-requests-remaining"] for _ in range(3)] == ["2", "1", "0"]
+    assert "per key requests per minute (3)" in refused(proxy, ACME_KEY_2).message
+    assert len(upstream.requests) == 4
+
+
+def test_a_keys_entry_must_name_one_of_the_tenants_own_keys(tmp_path: Path) -> None:
+    from proxy.config import parse_config
+    from proxy.tenants import PolicyError, load_tenancy
+
+    pasted = "cpk-a-key-pasted-by-mistake-0001"
+    quota = {"keys": [{"key_sha256": pasted, "requests_per_minute": 3}, {"key_sha256": sha(GLOBEX_KEY), "requests_per_minute": 3},
+                      {"key_sha256": sha(ACME_KEY)}, {"key_sha256": sha(ACME_KEY).upper()}]}
+    config = parse_config(
+        {"auth": {"mode": "keys"}, "policies_dir": str(write_policies(tmp_path, quota)), "state_dir": str(tmp_path)}
+    )
+    with pytest.raises(PolicyError) as info:
+        load_tenancy(config)
+    text = str(info.value)
+    assert "key 'quota.keys[0].key_sha256': expected one of this policy's api_keys_sha256" in text
+    assert "key 'quota.keys[1].key_sha256': expected one of this policy's api_keys_sha256" in text  # globex's
+    assert "key 'quota.keys[3].key_sha256': expected each key once, got a repeat" in text
+    assert pasted not in text and sha(GLOBEX_KEY) not in text

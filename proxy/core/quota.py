@@ -3,8 +3,8 @@
 Pure: no I/O, no clock (``now_ms`` is always a value the edge passes in).
 
 A tenant's :class:`Quota` holds an :class:`Allowance` for the tenant as a whole and one that each
-of its proxy keys gets on its own (``per_key``; ``auth.mode: keys``). An allowance limits, each
-optional (0 = no limit):
+of its proxy keys gets on its own (``per_key``; ``auth.mode: keys``), or, for a key listed in
+``keys``, that key's own allowance instead. An allowance limits, each optional (0 = no limit):
 
 * ``requests`` per minute, ``input_tokens`` per minute, ``output_tokens`` per minute: fixed windows
   of one UTC minute (``[floor(now / 60 s), +60 s)``);
@@ -106,14 +106,25 @@ class Allowance:
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """A tenant's allowances: the tenant's as a whole, and each proxy key's own."""
+    """A tenant's allowances: the tenant's as a whole, and each proxy key's own (``keys``: key id
+    -> the allowance of that key, instead of ``per_key``)."""
 
     tenant: Allowance = Allowance()
     per_key: Allowance = Allowance()
+    keys: tuple[tuple[str, Allowance], ...] = ()
 
     @property
     def active(self) -> bool:
-        return self.tenant.active or self.per_key.active
+        return self.tenant.active or self.per_key.active or any(a.active for _, a in self.keys)
+
+    def key_allowance(self, key_id: str) -> Allowance:
+        """The allowance of the key whose id is ``key_id``."""
+        return next((a for k, a in self.keys if k == key_id), self.per_key)
+
+    @property
+    def limits_keys(self) -> bool:
+        """Whether any key has an allowance of its own (the key's id is then needed)."""
+        return self.per_key.active or any(a.active for _, a in self.keys)
 
 
 def window_of(period: Period, now_ms: int) -> tuple[int, int]:
@@ -154,8 +165,10 @@ class Counter:
 
 def _scopes(quota: Quota, key_id: str | None) -> list[tuple[str, Allowance]]:
     scopes = [(TENANT_SCOPE, quota.tenant)]
-    if key_id is not None and quota.per_key.active:
-        scopes.append((f"key:{key_id}", quota.per_key))
+    if key_id is not None:
+        allowance = quota.key_allowance(key_id)
+        if allowance.active:
+            scopes.append((f"key:{key_id}", allowance))
     return scopes
 
 

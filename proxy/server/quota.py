@@ -109,7 +109,7 @@ class QuotaKeeper:
         quota = tenant.quota
         if quota is None:
             return None
-        key = key_id(headers) if quota.per_key.active else None
+        key = key_id(headers) if quota.limits_keys else None
         now = self.now_ms()
         counters = admission(quota, key, now, max_tokens)
         try:

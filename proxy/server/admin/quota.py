@@ -1,9 +1,10 @@
 """``GET /admin/v1/quota``: the admin token's tenant's budgets and rate limits — each limit's
 allowance, what the current window used and what remains (mounted by ``admin.routes``).
 
-One entry per limit and scope: the tenant's own, and each proxy key that used its ``per_key``
-allowance in the current window (``key:<id>``, the first 16 hex digits of the key's SHA-256; a
-key with nothing counted yet has its whole allowance). Spend is in USD. The figures are the
+One entry per limit and scope: the tenant's own, each proxy key with an allowance of its own
+(``quota.keys``), and each other key that used its ``per_key`` allowance in the current window
+(``key:<id>``, the first 16 hex digits of the key's SHA-256; a key with nothing counted yet has
+its whole allowance). Spend is in USD. The figures are the
 store's counters (:mod:`proxy.core.quota`): what admitted requests reserved and what their
 upstream calls were charged, across every replica.
 """
@@ -71,12 +72,14 @@ async def get_quota(request: web.Request, tenant: Tenant) -> web.StreamResponse:
         rows = await request.app[STORE].quota_current(tenant.name, now)
         used = {(scope, metric, start): value for scope, metric, start, _end, value in rows}
         limits = _entries(TENANT_SCOPE, quota.tenant, used, now)
-        if quota.per_key.active:
-            for scope in sorted({scope for scope, *_ in rows if scope != TENANT_SCOPE}):
-                limits += _entries(scope, quota.per_key, used, now)
+        seen = {scope for scope, *_ in rows if scope != TENANT_SCOPE}
+        seen |= {f"key:{k}" for k, a in quota.keys if a.active}  # keys of their own: always shown
+        for scope in sorted(seen):
+            limits += _entries(scope, quota.key_allowance(scope.removeprefix("key:")), used, now)
         body["allowance"] = {
             "tenant": _allowance_json(quota.tenant),
             "per_key": _allowance_json(quota.per_key),
+            "keys": {k: _allowance_json(a) for k, a in quota.keys},
         }
         body["limits"] = limits
     return web.Response(body=orjson.dumps(body), content_type="application/json")
