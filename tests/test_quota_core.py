@@ -158,3 +158,12 @@ def test_settlement_counts_in_the_admission_windows_and_replaces_the_output_rese
     assert {c.start_ms for c in settlement(counters, charge, True)} == {
         c.start_ms for c in counters if c.metric != "requests"
     }
+
+
+def test_a_listed_key_uses_its_own_allowance_and_others_per_key() -> None:
+    quota = Quota(Allowance(), Allowance(requests_per_minute=1), (("ab12", Allowance(requests_per_minute=9)),))
+    assert quota.active and quota.limits_keys
+    assert [(c.scope, c.limit) for c in admission(quota, "ab12", NOW, 5)] == [("key:ab12", 9)]
+    assert [(c.scope, c.limit) for c in admission(quota, "cd34", NOW, 5)] == [("key:cd34", 1)]
+    assert admission(quota, None, NOW, 5) == ()  # no key, no tenant-wide limit: nothing to count
+    assert not Quota().active and rate_headers(()) == {}
