@@ -259,6 +259,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="leave the proxy's compaction config at its defaults, or disable it")
     p.add_argument("--ledger", choices=["on", "off"], default="on",
                    help="the usage ledger as shipped (a row per upstream call), or disabled")
+    p.add_argument("--quota", choices=["on", "off"], default="off",
+                   help="the proxy target with budgets and rate limits on (a tenant policy whose limits are never"
+                        " reached); with --baseline-root . the baseline is the same code with them off")
     p.add_argument("--profile-proxy", metavar="PATH",
                    help="run the proxy process under cProfile and write its stats to PATH (slows it down)")
     p.add_argument("--_role", choices=["upstream", "relay"], help=argparse.SUPPRESS)

@@ -330,6 +330,18 @@ def write_proxy_config(tmp: Path, upstream_url: str, args: argparse.Namespace, n
         cfg["compaction"] = {"enabled": False}
     if args.ledger == "off":
         cfg["ledger"] = {"enabled": False}
+    if getattr(args, "quota", "off") == "on" and name == "proxy":
+        # budgets and rate limits on, never reached: every request pays admission and settlement
+        policies = tmp / f"policies-{name}"
+        policies.mkdir(exist_ok=True)
+        policy = {
+            "name": "bench",
+            "provider": {"mode": "passthrough"},
+            "quota": {"requests_per_minute": 10**12, "input_tokens_per_minute": 10**15,
+                      "output_tokens_per_minute": 10**15, "budget_usd": 10**8, "budget_period": "month"},
+        }
+        (policies / "bench.yaml").write_text(json.dumps(policy))
+        cfg["policies_dir"] = str(policies)
     path = tmp / f"{name}.yaml"
     path.write_text(json.dumps(cfg, indent=2))  # JSON is YAML
     return path

@@ -15,6 +15,9 @@ below are the proxy's own, each with its HTTP status and Anthropic ``error.type`
     ├── ValidationFailed        422 invalid_request_error   a well-formed write that breaks the
     │                                                      rules (admin API); ``error.details``
     │                                                      lists ``{field, message}`` per bad field
+    ├── RateLimited             429 rate_limit_error        over the tenant's (or proxy key's) own
+    │                                                      budget or rate limit, before anything
+    │                                                      is sent upstream (``retry-after``)
     ├── UpstreamUnavailable     502 api_error               upstream refused / unreachable / reset
     │                                                      before response headers
     ├── UpstreamTimeout         504 timeout_error           upstream connect or read timeout
@@ -95,6 +98,27 @@ class ValidationFailed(ProxyError):
         if message is None:
             message = "; ".join(f"{field}: {problem}" for field, problem in self.details)
         super().__init__(message or "invalid request", headers=headers)
+
+
+class RateLimited(ProxyError):
+    """Over a limit of the tenant's policy (``quota``): ``retry-after`` is when the window that
+    refused ends; ``x-should-retry`` is true for the per-minute limits (the SDK then retries after
+    ``retry-after``), false for a spent budget (a day or a month away)."""
+
+    status = 429
+    error_type = "rate_limit_error"
+
+    def __init__(
+        self, message: str, *, retry_after_seconds: int, retry: bool, headers: dict[str, str]
+    ) -> None:
+        super().__init__(
+            message,
+            headers={
+                **headers,
+                "retry-after": str(retry_after_seconds),
+                "x-should-retry": "true" if retry else "false",
+            },
+        )
 
 
 class UpstreamUnavailable(ProxyError):

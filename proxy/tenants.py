@@ -46,7 +46,9 @@ from proxy.config import (
     shown,
 )
 from proxy.core.pointers import KINDS, is_valid_component
+from proxy.core.quota import Quota
 from proxy.sources.policy import SourcePolicy
+from proxy.tenant_quota import QuotaFile, build_quota
 from proxy.tenant_sources import (
     NO_OBJECT_STORE,
     NO_SIGNING,
@@ -63,6 +65,7 @@ __all__ = [
     "ProviderAuth",
     "Tenancy",
     "Tenant",
+    "key_id",
     "load_tenancy",
 ]
 
@@ -114,6 +117,8 @@ class Tenant:
     policy_file: str = ""
     # The config's retention section with this tenant's overrides applied (None: the config's).
     retention: RetentionConfig | None = None
+    # Budgets and rate limits (the policy's ``quota``; None: none).
+    quota: Quota | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +200,13 @@ def _presented_key(headers: Mapping[str, str]) -> tuple[str, str] | None:
     return None
 
 
+def key_id(headers: Mapping[str, str]) -> str | None:
+    """The proxy key's id (``auth.mode: keys``): the first 16 hex digits of its SHA-256, what
+    per-key counters are kept under (never the key)."""
+    presented = _presented_key(headers)
+    return None if presented is None else _digest(presented[0]).hex()[:16]
+
+
 def _digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).digest()
 
@@ -243,6 +255,7 @@ def _tenant_name(value: str) -> str | None:
 
 _CONFIG_DEFAULT_COMPACTION = CompactionConfig()
 _CONFIG_DEFAULT_RETENTION = RetentionConfig()
+_NO_QUOTA = QuotaFile()
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +285,7 @@ class _PolicyFile:
     compaction: CompactionConfig = _CONFIG_DEFAULT_COMPACTION  # replaced by the config's section
     admin_tokens_sha256: tuple[str, ...] = ()
     retention: RetentionConfig = _CONFIG_DEFAULT_RETENTION  # replaced by the config's section
+    quota: QuotaFile = _NO_QUOTA
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -409,6 +423,7 @@ def _tenant(
             )
     provider = _provider(raw.provider, env, errors)
     check_compaction(raw.compaction, "compaction", errors)
+    quota = build_quota(raw.quota, mode, raw.api_keys_sha256, errors)
     if mode == "passthrough":
         default_base = os.path.join(state_dir, "sources")
     else:
@@ -445,6 +460,7 @@ def _tenant(
         admin_token_hashes=admin_tokens,
         policy_file=path,
         retention=raw.retention,
+        quota=quota,
     )
 
 

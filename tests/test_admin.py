@@ -1146,7 +1146,7 @@ def test_the_openapi_file_lists_exactly_the_mounted_routes() -> None:
         path = info.get("path") or info.get("formatter", "")
         path = path.replace("{kind:facts|pending|evidence}", "{kind}").replace("{item_id}", "{id}")
         mounted.add((route.method, path))
-    assert documented == mounted and len(mounted) == 19
+    assert documented == mounted and len(mounted) == 20
 
 
 def test_a_resource_error_while_checking_sources_is_never_a_500(admin: Admin) -> None:

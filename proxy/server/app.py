@@ -53,6 +53,7 @@ from proxy.server.http.readiness import StoreReadiness
 from proxy.server.ledger import LEDGER, LedgerRecorder
 from proxy.server.maintenance.retention import retention_ctx
 from proxy.server.messages import BODIES, handle_messages, route_of, upstream_headers
+from proxy.server.quota import QUOTA, QUOTA_TICKET, QuotaKeeper
 from proxy.server.relay.answer import ERROR_FORMATS, ErrorRenderer
 from proxy.server.relay.forward import Forwarder
 from proxy.sources.resolver import SourceResolver
@@ -90,6 +91,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         response = await handler(request)
     except ProxyError as exc:
         log.info("[error] %s %s -> %d %s", request.method, route, exc.status, exc.error_type)
+        ticket = request.get(QUOTA_TICKET)
+        if ticket is not None:  # an admitted request's errors carry its allowance too
+            exc.headers = {**ticket.headers, **exc.headers}
         response = _error_response(exc, request.app[ERROR_FORMATS].get(route))
     except web.HTTPException as exc:
         if exc.status == 404:
@@ -106,6 +110,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         response = _error_response(
             ProxyError("internal error in the proxy"), request.app[ERROR_FORMATS].get(route)
         )
+    finally:
+        ticket = request.get(QUOTA_TICKET)
+        if ticket is not None:  # a request that never reached the provider: its reservation back
+            ticket.finish()
     metrics.child(metrics.requests, route, str(response.status)).inc()
     return response
 
@@ -232,12 +240,14 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[STATE].readiness_checks.append(StoreReadiness(store))  # the store as requests see it
     app[LEDGER] = LedgerRecorder(store, app[METRICS], config)
     app[LEDGER].start()
+    app[QUOTA] = QuotaKeeper(store, app[LEDGER].prices, app[METRICS])
     try:
         yield
     finally:
         await app[DURABLE].drain()
         await app[DURABLE].checks.close()
         await app[LEDGER].close()
+        await app[QUOTA].close()
         await store.close()
         await app[COMPACTION].close()
         await session.close()

@@ -30,7 +30,7 @@ from aiohttp import web
 
 from proxy.config import Config, PriceConfig
 from proxy.core.durable import InvalidWrite
-from proxy.core.ledger import Kind, LedgerEntry, Price, PriceTable, ProviderNotes, billing
+from proxy.core.ledger import Kind, LedgerEntry, Price, PriceTable, ProviderNotes, Usage, billing
 from proxy.server.http.metrics import Metrics
 from proxy.store.base import Store, StoreError
 from proxy.store.usage import check_entry
@@ -83,6 +83,13 @@ def now_ms() -> tuple[str, int]:
     return now.isoformat(timespec="milliseconds"), int(now.timestamp() * 1000)
 
 
+class Charged(Protocol):
+    """Where an upstream call's usage is also counted: the budgets and rate limits of the
+    request it serves (:class:`proxy.server.quota.Ticket`)."""
+
+    def charge(self, kind: str, model: str, usage: Usage | None) -> None: ...
+
+
 @dataclass(frozen=True, slots=True)
 class CallContext:
     """Whose request the current task serves (for the calls the proxy makes on its behalf)."""
@@ -91,6 +98,7 @@ class CallContext:
     session: str | None
     recorder: LedgerRecorder | None
     agent: str | None = None
+    quota: Charged | None = None
 
 
 CALL_CONTEXT: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
@@ -100,11 +108,15 @@ CALL_CONTEXT: contextvars.ContextVar[CallContext | None] = contextvars.ContextVa
 
 @contextlib.contextmanager
 def calls_for(
-    tenant: str, session: str | None, recorder: LedgerRecorder | None, agent: str | None = None
+    tenant: str,
+    session: str | None,
+    recorder: LedgerRecorder | None,
+    agent: str | None = None,
+    quota: Charged | None = None,
 ) -> Iterator[None]:
     """Within: the upstream calls the proxy makes (summaries) are the tenant's and session's (and
-    the agent's, when known)."""
-    token = CALL_CONTEXT.set(CallContext(tenant, session, recorder, agent))
+    the agent's, when known), and count to the request's budgets and rate limits (``quota``)."""
+    token = CALL_CONTEXT.set(CallContext(tenant, session, recorder, agent, quota))
     try:
         yield
     finally:
@@ -269,6 +281,7 @@ def record_upstream_call(
     compaction_id: str | None = None,
     notes: ProviderNotes | None = None,
     agent: str | None = None,
+    quota: Charged | None = None,
 ) -> None:
     """Record one upstream call in the ledger (queued; returns at once, never raises).
 
@@ -280,13 +293,21 @@ def record_upstream_call(
     (:attr:`proxy.server.relay.usage.UsageTap.notes`). ``agent``: the client's agent, when known.
     ``started``: :func:`now_ms` taken when the call was sent (default: now). For
     ``kind="retrieval"`` (a continuation the proxy makes itself) pass the tenant and session of
-    the client request it serves."""
+    the client request it serves. ``quota``: the request's budgets and rate limits, charged
+    with the same billed figures (whether the ledger is on or not)."""
     if isinstance(recorder, web.Application):
         recorder = recorder.get(LEDGER)
+    if recorder is None and quota is None:
+        return
+    billed = billing(usage)
+    if quota is not None:
+        try:
+            quota.charge(kind, _model_text(model), billed.usage)
+        except Exception:  # counting must never break the call it describes
+            log.exception("[quota] call not charged")
     if recorder is None:
         return
     at, at_ms = started or now_ms()
-    billed = billing(usage)
     entry = LedgerEntry(
         at=at,
         at_ms=at_ms,
@@ -321,7 +342,8 @@ class ClientCall:
     """The ledger row of one client call to ``/v1/messages``, once its outcome is known."""
 
     __slots__ = (
-        "_agent", "_body", "_recorder", "_report", "_session", "_started", "_t0", "_tenant",
+        "_agent", "_body", "_quota", "_recorder", "_report", "_session", "_started", "_t0",
+        "_tenant",
     )  # fmt: skip
 
     def __init__(
@@ -333,8 +355,10 @@ class ClientCall:
         report: Mapping[str, str],
         *,
         agent: str | None = None,
+        quota: Charged | None = None,
     ) -> None:
         self._recorder = recorder
+        self._quota = quota
         self._tenant = tenant
         self._session = session
         self._agent = agent
@@ -351,7 +375,7 @@ class ClientCall:
         *,
         notes: ProviderNotes | None = None,
     ) -> None:
-        if self._recorder is None:
+        if self._recorder is None and self._quota is None:
             return
         report = self._report
         model = self._body.get("model")
@@ -379,6 +403,7 @@ class ClientCall:
             compaction_id=report.get("x-compaction-id"),
             notes=notes,
             agent=self._agent,
+            quota=self._quota,
         )
 
 
@@ -396,7 +421,7 @@ class ClientCall:
         its first round's input transformations, its last round's applied edits); each
         continuation is a ``kind="retrieval"`` row with its round's usage (``None`` when the
         round reported none or its call failed)."""
-        if self._recorder is None:
+        if self._recorder is None and self._quota is None:
             return
         self.record(status, (usages[0] or None) if usages else None, request_id, notes=notes)
         model = self._body.get("model")
@@ -414,6 +439,7 @@ class ClientCall:
                 usage=usage or None,
                 started=(at.isoformat(timespec="milliseconds"), int(hidden.sent_at * 1000)),
                 agent=self._agent,
+                quota=self._quota,
             )
 
 

@@ -46,6 +46,7 @@ from proxy.server.compaction.thinking import THINKING_HEADER, ThinkingGuard, wit
 from proxy.server.context.durable import conversation_from, with_system_block
 from proxy.server.context.retrieval import RetrievalLoop
 from proxy.server.ledger import LEDGER, ClientCall, calls_for
+from proxy.server.quota import QUOTA_TICKET, admit
 from proxy.server.relay.accumulate import AnswerAccumulator
 from proxy.server.relay.forward import (
     MESSAGES_ACCEPT_ENCODING,
@@ -196,6 +197,7 @@ async def serve_messages(
     session = conversation.session if conversation is not None else None
     durable = app[DURABLE]
     extra_headers: dict[str, str] = {}
+    extra_headers.update(await admit(request, route, body))  # 429 before any upstream call
     faithful: bytes | None = raw
     shared: tuple[str, ...] = ()  # the durable context's pointers, which every agent sees
     if conversation is not None:
@@ -217,7 +219,7 @@ async def serve_messages(
         turn = durable.record_request(tenant, sources, conversation, body["messages"])
     # the calls the proxy makes for this request (summaries) are recorded as the tenant's
     agent = conversation.agent or None if conversation is not None else None
-    with calls_for(tenant, session, recorder, agent=agent):
+    with calls_for(tenant, session, recorder, agent=agent, quota=request.get(QUOTA_TICKET)):
         prepared = await service.prepare(
             request.headers,
             body,
@@ -260,7 +262,7 @@ async def serve_messages(
     before_upstream = time.perf_counter() - started
     call = ClientCall(
         recorder if route == "messages" else None, tenant, session, body, prepared.headers,
-        agent=agent,
+        agent=agent, quota=request.get(QUOTA_TICKET),
     )
     try:
         upstream = await forwarder.open(

@@ -52,8 +52,10 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from proxy.core.ledger import LedgerEntry
+    from proxy.core.quota import Counter
     from proxy.store.agents import AgentRecord
     from proxy.store.health import StoreHealth
+    from proxy.store.quota import CounterRow
     from proxy.store.transcript_keys import KeyedEvent, Recorded
     from proxy.store.usage import UsageGroup, UsageQuery, UsageRow
 
@@ -379,6 +381,23 @@ class Store(Protocol):
         self, tenant: str | None, cutoff: datetime | str | float
     ) -> int:
         """Delete ledger rows older than ``cutoff`` (one tenant's, or all); return how many."""
+        ...
+
+    # -- budget and rate-limit counters (proxy.store.quota) ---------------------------------
+
+    async def quota_add(
+        self, tenant: str, counters: Sequence[Counter]
+    ) -> dict[tuple[str, str, int], int]:
+        """Add each counter's ``delta`` to its window's row, atomically, in one statement; the
+        values after, by ``(scope, metric, window start)``."""
+        ...
+
+    async def quota_current(self, tenant: str, now_ms: int) -> tuple[CounterRow, ...]:
+        """The tenant's counters (every scope) whose window holds ``now_ms``."""
+        ...
+
+    async def delete_quota_before(self, cutoff_ms: int) -> int:
+        """Delete every counter whose window ended before ``cutoff_ms``; return how many."""
         ...
 
 

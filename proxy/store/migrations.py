@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from proxy.store import agents, retention, source_schema, transcript_keys
+from proxy.store import agents, quota, retention, source_schema, transcript_keys
 from proxy.store.base import StoreError
 from proxy.store.usage import SQLITE_STATEMENTS as USAGE_SQLITE
 from proxy.store.usage import USAGE_MIGRATION
@@ -140,6 +140,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, retention.MIGRATION_NAME, retention.SQLITE_MIGRATION_STATEMENTS),
     Migration(agents.VERSION, agents.MIGRATION_NAME, agents.SQLITE_STATEMENTS),
     Migration(*PROVIDER_MIGRATION, PROVIDER_SQLITE_STATEMENTS),
+    Migration(*quota.MIGRATION, quota.SQLITE_STATEMENTS),
 )
 
 

@@ -92,6 +92,9 @@ from proxy.store.base import (
 from proxy.store.folding import StateCache, change_rows, decode_change, now_iso
 from proxy.store.health import Kind, StoreHealth
 from proxy.store.migrations import MIGRATIONS, SchemaTooNew
+from proxy.store.quota import MIGRATION as QUOTA_MIGRATION
+from proxy.store.quota import PG_STATEMENTS as QUOTA_PG
+from proxy.store.quota import PostgresQuota
 from proxy.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, MAX_EVENT_LIMIT
 from proxy.store.transcript_keys import (
     KeyedEvent,
@@ -239,6 +242,7 @@ _PG_STATEMENTS: dict[int, tuple[str, ...]] = {
     7: retention.PG_MIGRATION_STATEMENTS,
     agents.VERSION: agents.PG_STATEMENTS,
     PROVIDER_MIGRATION[0]: PROVIDER_PG_STATEMENTS,
+    QUOTA_MIGRATION[0]: QUOTA_PG,
 }
 
 
@@ -419,7 +423,7 @@ async def _migrate(conn: Any, now: Callable[[], str]) -> list[int]:
     return applied
 
 
-class PostgresStore(PostgresUsage):
+class PostgresStore(PostgresUsage, PostgresQuota):
     """A :class:`proxy.store.base.Store` on a PostgreSQL database. Make one with :meth:`open`."""
 
     def __init__(self, pool: Any) -> None:

@@ -81,6 +81,7 @@ from proxy.store.base import (
 from proxy.store.folding import StateCache, change_rows, decode_change, now_iso
 from proxy.store.health import Kind, StoreHealth
 from proxy.store.migrations import migrate
+from proxy.store.quota import SQLiteQuota
 from proxy.store.transcript_keys import (
     KeyedEvent,
     Recorded,
@@ -164,7 +165,7 @@ def _event_from_row(session: str, row: tuple[Any, ...], agent: str = "") -> Reco
     return RecordedEvent(session, seq, event, prefix_count, prefix_hash, agent)
 
 
-class SQLiteStore(SQLiteUsage):
+class SQLiteStore(SQLiteUsage, SQLiteQuota):
     """A :class:`proxy.store.base.Store` on one SQLite file. Make one with :meth:`open`."""
 
     def __init__(self, path: Path, busy_timeout_ms: int) -> None:
@@ -734,6 +735,7 @@ class SQLiteStore(SQLiteUsage):
 
         loop = asyncio.get_running_loop()
         try:
+            await self._close_quota()
             await loop.run_in_executor(self._read_executor, self._disconnect_reader)
             await loop.run_in_executor(self._executor, job)
         finally:

@@ -85,6 +85,8 @@ def _write_policies(tmp: Path) -> Path:
             },
             "admin_tokens_sha256": [_sha(token)],
         }
+        if name == "acme":  # the Limits page's figures
+            policy["quota"] = {"requests_per_minute": 1000, "budget_usd": 50, "per_key": {"requests_per_minute": 600}}
         (policies / f"{name}.yaml").write_text(yaml.safe_dump(policy))
     return policies
 

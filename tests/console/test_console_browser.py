@@ -307,6 +307,30 @@ def test_health_panel(watched: tuple[Page, Watched]) -> None:
     screenshot(page, "health")
 
 
+def test_limits_page(watched: tuple[Page, Watched]) -> None:
+    page, _watch = watched
+    sign_in(page)
+    page.get_by_role("navigation", name="Console").get_by_role("link", name="Limits").click()
+    expect(page.get_by_role("heading", name="Limits")).to_be_visible()
+    table = page.get_by_role("table", name="Budgets and rate limits")
+    expect(table.get_by_role("row", name=re.compile("^Tenant: Budget \\(USD\\) per month"))).to_contain_text("$50.00")
+    expect(table.get_by_role("row", name=re.compile("^Tenant: Requests per minute"))).to_contain_text("1,000")
+    # the figures are the admin API's (the same counters), shown as text
+    api = page.request.get("/admin/v1/quota").json()
+    spend = next(e for e in api["limits"] if e["scope"] == "tenant" and e["metric"] == "spend_usd")
+    cell = page.locator('tr[data-scope="tenant"][data-metric="spend_usd"] td').nth(1)
+    expect(cell).to_have_attribute("data-value", re.compile(r"^[0-9.e-]+$"))
+    assert float(cell.get_attribute("data-value") or "nan") == pytest.approx(spend["used"], abs=1e-9)
+    expect(page.get_by_role("meter", name="Tenant: Budget (USD) used")).to_be_visible()
+    screenshot(page, "limits")
+    # globex has no limits, and sees none of acme's
+    page.get_by_role("button", name="Sign out").click()
+    sign_in(page, B_TOKEN)
+    page.goto("/console/limits")
+    expect(page.get_by_text("No budget or rate limit applies to this tenant.")).to_be_visible()
+    expect(page.get_by_role("table")).to_have_count(0)
+
+
 def test_removed_messages_and_transcript_pages(watched: tuple[Page, Watched]) -> None:
     page, _watch = watched
     sign_in(page)

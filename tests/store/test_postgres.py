@@ -89,6 +89,7 @@ async def test_schema_migrations_table(pg_store: PostgresStore, pg_url: str) -> 
         "gc_leases",
         "manifests",
         "plans",
+        "quota_counters",
         "schema_migrations",
         "session_agents",
         "sessions",

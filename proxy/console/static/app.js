@@ -5,6 +5,7 @@ import { overviewPage } from "./overview.js";
 import { sessionsPage } from "./sessions.js";
 import { sessionPage } from "./session.js";
 import { healthPage } from "./health.js";
+import { quotaPage } from "./quota.js";
 
 const main = document.getElementById("main");
 let generation = 0;
@@ -37,6 +38,9 @@ async function route() {
     name = "sessions";
     const id = decodeURIComponent(path.slice("/console/sessions/".length));
     run = () => sessionPage(view, id);
+  } else if (path === "/console/limits") {
+    name = "limits";
+    run = () => quotaPage(view);
   } else if (path === "/console/health") {
     name = "health";
     run = () => healthPage(view);

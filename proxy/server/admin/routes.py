@@ -20,6 +20,7 @@ Another tenant's session, item or manifest is indistinguishable from a missing o
     GET   /admin/v1/audit?session=&status=&since=&until=&after=&limit=   source checks (audit)
     GET   /admin/v1/sessions/{session}/source?pointer=          a pointer's status and content
     GET   /admin/v1/usage[/summary|/sessions|/prices]           the usage ledger (usage)
+    GET   /admin/v1/quota                                       budgets and rate limits (quota)
 
 Writes go through ``Store.write_changes`` only, in the JSON change format of
 :mod:`proxy.core.durable`; the item routes build one change each. Order of checks: token (401),
@@ -46,7 +47,7 @@ Decisions:
 This module authenticates, mounts every route and answers the session reads (sessions, state,
 history, preview, manifests); the writes and item routes are ``items``; ``wire`` has what they
 share (JSON answers and errors, request bodies, the session in the path); ``audit``, ``source``,
-``transcripts`` and ``usage`` have their own routes.
+``transcripts``, ``usage`` and ``quota`` have their own routes.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ from proxy.server.admin.items import (
     replace_item,
     retire_item,
 )
+from proxy.server.admin.quota import get_quota
 from proxy.server.admin.source import get_source
 from proxy.server.admin.transcripts import get_agents, get_transcript
 from proxy.server.admin.usage import usage_routes
@@ -316,6 +318,7 @@ def add_admin_routes(app: web.Application) -> None:
     r.add_get(session + "/source", _admin(get_source), name="admin_source")
     for path, handler, name in usage_routes():  # the usage ledger: proxy.server.admin.usage
         r.add_get(PREFIX + path, _admin(handler), name=name)
+    r.add_get(PREFIX + "/quota", _admin(get_quota), name="admin_quota")
     r.add_route("*", PREFIX + "/{tail:.*}", _admin(not_found), name="admin_other")
     app.cleanup_ctx.append(_source_checks)
 

@@ -226,7 +226,7 @@ def _record(
     at: tuple[str, int], started: float, model: str, status: int, answer: _Answer | None
 ) -> None:
     context = CALL_CONTEXT.get()
-    if context is None or context.recorder is None or not status:
+    if context is None or (context.recorder is None and context.quota is None) or not status:
         return
     record_upstream_call(
         context.recorder,
@@ -241,6 +241,7 @@ def _record(
         request_id=answer.headers.get("request-id") if answer is not None else None,
         started=at,
         agent=context.agent,
+        quota=context.quota,
     )
 
 

@@ -25,6 +25,7 @@ from proxy.formats.request import Decoded, merge_betas
 from proxy.server.appkeys import CONFIG
 from proxy.server.formats.answer import BedrockAnswer, render_bedrock_error, render_vertex_error
 from proxy.server.messages import decoded_for_inspection, read_body, serve_messages
+from proxy.server.quota import QUOTA_TICKET
 from proxy.server.relay.answer import ANSWER_FORMAT, ERROR_FORMATS
 
 # the model table the formats name models by (an entry per Anthropic, Bedrock, Vertex spelling)
@@ -103,7 +104,7 @@ async def handle_bedrock(request: web.Request) -> web.StreamResponse:
         rel_url="/v1/messages", headers=internal_headers(request.headers, decoded)
     )
     internal[ANSWER_FORMAT] = _BEDROCK
-    return await serve_messages(internal, "messages", decoded.body, decoded.body, started)
+    return await _serve(request, internal, "messages", decoded.body, started)
 
 
 async def handle_bedrock_count(request: web.Request) -> web.StreamResponse:
@@ -115,7 +116,7 @@ async def handle_bedrock_count(request: web.Request) -> web.StreamResponse:
         rel_url="/v1/messages/count_tokens", headers=internal_headers(request.headers, decoded)
     )
     internal[ANSWER_FORMAT] = _BEDROCK_COUNT
-    return await serve_messages(internal, "count_tokens", decoded.body, decoded.body, started)
+    return await _serve(request, internal, "count_tokens", decoded.body, started)
 
 
 async def handle_vertex(request: web.Request) -> web.StreamResponse:
@@ -129,7 +130,21 @@ async def handle_vertex(request: web.Request) -> web.StreamResponse:
         "/v1/messages", "messages"
     )
     internal = request.clone(rel_url=path, headers=internal_headers(request.headers, decoded))
-    return await serve_messages(internal, route, decoded.body, decoded.body, started)
+    return await _serve(request, internal, route, decoded.body, started)
+
+
+async def _serve(
+    request: web.Request, internal: web.Request, route: str, body: bytes, started: float
+) -> web.StreamResponse:
+    """The internal request served; what it admitted against the tenant's limits handed back to
+    the client's request (a clone's state is its own copy), where the error middleware settles
+    a request that ends before the provider."""
+    try:
+        return await serve_messages(internal, route, body, body, started)
+    finally:
+        ticket = internal.get(QUOTA_TICKET)
+        if ticket is not None:
+            request[QUOTA_TICKET] = ticket
 
 
 async def handle_inference_profiles(request: web.Request) -> web.StreamResponse:

@@ -39,6 +39,7 @@ class Metrics:
     connections_closed: Counter
     usage_tokens: Counter
     ledger_rows: Counter
+    quota_refusals: Counter
     # (metric, label values) -> its labelled child (see ``child``)
     _children: dict[tuple[int, tuple[str, ...]], Any] = field(
         default_factory=dict, repr=False, compare=False
@@ -145,6 +146,13 @@ def new_metrics() -> Metrics:
             "context_proxy_ledger_rows",
             "Usage ledger rows by outcome: queued, written, dropped (queue full or store failing).",
             ["outcome"],
+            registry=registry,
+        ),
+        quota_refusals=Counter(
+            "context_proxy_quota_refusals",
+            "Requests refused with 429 by a budget or rate limit of the tenant's policy, by tenant"
+            " and limit (requests, input_tokens, output_tokens, spend; several when several refused).",
+            ["tenant", "limit"],
             registry=registry,
         ),
     )

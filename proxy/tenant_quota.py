@@ -1,0 +1,113 @@
+"""The ``quota`` section of a tenant policy: budgets and rate limits (``proxy.core.quota``).
+
+.. code-block:: yaml
+
+    quota:
+      requests_per_minute: 600          # 0 (the default) = no limit, for each key
+      input_tokens_per_minute: 400000
+      output_tokens_per_minute: 80000
+      budget_usd: 250.0
+      budget_period: month              # day | month (UTC)
+      per_key:                          # each proxy key on its own (auth.mode: keys)
+        requests_per_minute: 60
+        budget_usd: 20.0
+      keys:                             # these keys' own allowances, instead of per_key
+        - key_sha256: 3dea9283...       # one of the tenant's api_keys_sha256
+          requests_per_minute: 600
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal, cast
+
+from proxy.core.quota import Allowance, Quota
+
+__all__ = ["QuotaFile", "build_quota"]
+
+MAX_BUDGET_USD = 1e9
+
+
+def _count(value: int) -> str | None:
+    return None if 0 <= value <= 10**15 else "a whole number >= 0 (0 = no limit)"
+
+
+def _usd(value: float) -> str | None:
+    return None if 0 <= value <= MAX_BUDGET_USD else "a number of USD >= 0 (0 = no budget)"
+
+
+def _period(value: str) -> str | None:
+    return None if value in ("day", "month") else "one of day, month"
+
+
+@dataclass(frozen=True, slots=True)
+class AllowanceFile:
+    requests_per_minute: int = field(default=0, metadata={"check": _count})
+    input_tokens_per_minute: int = field(default=0, metadata={"check": _count})
+    output_tokens_per_minute: int = field(default=0, metadata={"check": _count})
+    budget_usd: float = field(default=0.0, metadata={"check": _usd})
+    budget_period: str = field(default="month", metadata={"check": _period})
+
+
+@dataclass(frozen=True, slots=True)
+class KeyAllowanceFile:
+    key_sha256: str = ""
+    requests_per_minute: int = field(default=0, metadata={"check": _count})
+    input_tokens_per_minute: int = field(default=0, metadata={"check": _count})
+    output_tokens_per_minute: int = field(default=0, metadata={"check": _count})
+    budget_usd: float = field(default=0.0, metadata={"check": _usd})
+    budget_period: str = field(default="month", metadata={"check": _period})
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaFile:
+    requests_per_minute: int = field(default=0, metadata={"check": _count})
+    input_tokens_per_minute: int = field(default=0, metadata={"check": _count})
+    output_tokens_per_minute: int = field(default=0, metadata={"check": _count})
+    budget_usd: float = field(default=0.0, metadata={"check": _usd})
+    budget_period: str = field(default="month", metadata={"check": _period})
+    per_key: AllowanceFile = AllowanceFile()
+    keys: tuple[KeyAllowanceFile, ...] = ()
+
+
+_HEX = re.compile(r"[0-9a-fA-F]{64}", re.ASCII)
+
+
+def _allowance(raw: AllowanceFile | QuotaFile | KeyAllowanceFile) -> Allowance:
+    period = cast(Literal["day", "month"], raw.budget_period)
+    return Allowance(
+        raw.requests_per_minute,
+        raw.input_tokens_per_minute,
+        raw.output_tokens_per_minute,
+        float(raw.budget_usd),
+        period,
+    )
+
+
+def build_quota(
+    raw: QuotaFile, mode: str, api_keys_sha256: tuple[str, ...], errors: list[str]
+) -> Quota | None:
+    """The tenant's quota, ``None`` when it limits nothing (the request path then skips it).
+    A ``keys`` entry names one of the tenant's own key hashes (never echoed: it may be a key)."""
+    own = {h.lower() for h in api_keys_sha256}
+    keys: dict[str, Allowance] = {}
+    for i, entry in enumerate(raw.keys):
+        digest = entry.key_sha256.lower()
+        if not _HEX.fullmatch(digest) or digest not in own:
+            errors.append(
+                f"key 'quota.keys[{i}].key_sha256': expected one of this policy's"
+                f" api_keys_sha256, got a value of {len(entry.key_sha256)} characters that is not"
+                " (not shown)"
+            )
+        elif digest[:16] in keys:
+            errors.append(f"key 'quota.keys[{i}].key_sha256': expected each key once, got a repeat")
+        else:
+            keys[digest[:16]] = _allowance(entry)
+    quota = Quota(_allowance(raw), _allowance(raw.per_key), tuple(keys.items()))
+    if quota.limits_keys and mode != "keys":
+        errors.append(
+            "key 'quota.per_key': expected it (and quota.keys) only with auth.mode 'keys'"
+            " (passthrough has no proxy keys), got limits"
+        )
+    return quota if quota.active else None
