@@ -39,6 +39,7 @@ class Metrics:
     connections_closed: Counter
     usage_tokens: Counter
     ledger_rows: Counter
+    trace_spans: Counter
     # (metric, label values) -> its labelled child (see ``child``)
     _children: dict[tuple[int, tuple[str, ...]], Any] = field(
         default_factory=dict, repr=False, compare=False
@@ -144,6 +145,13 @@ def new_metrics() -> Metrics:
         ledger_rows=Counter(
             "context_proxy_ledger_rows",
             "Usage ledger rows by outcome: queued, written, dropped (queue full or store failing).",
+            ["outcome"],
+            registry=registry,
+        ),
+        trace_spans=Counter(
+            "context_proxy_trace_spans",
+            "Trace spans by outcome (tracing on): exported, dropped_queue_full (the export queue"
+            " was full), dropped_export_failed (the collector failed or timed out).",
             ["outcome"],
             registry=registry,
         ),
