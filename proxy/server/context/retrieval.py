@@ -214,6 +214,7 @@ class RetrievalLoop:
         # call), for the usage ledger: one row per upstream call.
         self.continuations: list[Continuation] = []
         self._sent: dict[str, Any] = view  # the body of the latest call
+        self.round_starts: list[float] = []  # when each hidden round began (perf_counter)
         self._usages: Callable[[], list[dict[str, Any]]] = list
 
     @property
@@ -312,6 +313,7 @@ class RetrievalLoop:
     ) -> aiohttp.ClientResponse:
         """One hidden round: our calls answered from verified sources, the provider called
         again with the view extended by them."""
+        self.round_starts.append(time.perf_counter())
         attributes = {"context_proxy.retrieval.round": self.rounds + 1, "context_proxy.retrieval.calls": len(calls)}
         with spans.span("context_proxy.retrieval.round", attributes):
             results = await self._answer(calls)

@@ -36,6 +36,7 @@ class BoundedExport(SpanProcessor):
         queue_size: int,
         batch_size: int,
         flush_seconds: float,
+        grace: float,
         count: Count,
     ) -> None:
         self._exporter = exporter
@@ -43,6 +44,7 @@ class BoundedExport(SpanProcessor):
         self._batch = batch_size
         self._interval = flush_seconds
         self._count = count
+        self._grace = grace
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -133,9 +135,11 @@ class BoundedExport(SpanProcessor):
         return True
 
     def shutdown(self) -> None:
-        """Send what waits (bounded by the exporter's deadline), then stop the thread."""
+        """Send what waits, for at most ``grace`` seconds; then the exporter is shut down (its
+        retries end) and the thread given ``grace`` more (a daemon: it never holds the exit)."""
         with self._lock:
             self._stopping = True
             self._wake.set()
-        self._thread.join()
+        self._thread.join(self._grace)
         self._exporter.shutdown()
+        self._thread.join(self._grace)

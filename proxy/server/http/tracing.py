@@ -43,6 +43,8 @@ from proxy.tracing_env import parse_pairs
 
 log = logging.getLogger("context_proxy.tracing")
 
+# at shutdown, what waits is sent for at most this long (and the exporter's deadline)
+SHUTDOWN_GRACE = 5.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _KINDS = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT, "server": SpanKind.SERVER}
@@ -107,6 +109,7 @@ class Tracing:
             queue_size=config.queue_size,
             batch_size=config.batch_size,
             flush_seconds=config.flush_seconds,
+            grace=min(config.export_timeout, SHUTDOWN_GRACE),
             count=lambda outcome, n: counter.labels(outcome).inc(n),
         )
         self.provider = TracerProvider(

@@ -83,10 +83,11 @@ def answered(
         return
     assert retrieval is not None
     usages = retrieval.round_usages()
+    starts = retrieval.round_starts  # a call's answer was read when the next round began
     # every round but the last stopped to call the proxy's tool
     end_call(
         span, status, _usage(usages, 0), message_id=tap.message_id, model=tap.model,
-        stop_reason="tool_use", at=rounds[0].sent,
+        stop_reason="tool_use", at=starts[0] if starts else None,
     )
     for i, continuation in enumerate(rounds):
         last = i == len(rounds) - 1
@@ -96,7 +97,7 @@ def answered(
             _usage(usages, i + 1),
             model=tap.model,
             stop_reason=tap.stop_reason if last else "tool_use",
-            at=continuation.ended,
+            at=starts[i + 1] if i + 1 < len(starts) else continuation.ended,
         )
 
 
