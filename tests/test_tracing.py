@@ -26,7 +26,7 @@ import pytest
 from proxy.server.http.tracing import TRACING
 from tests.harness import LoopThread, ProxyServer
 from tests.otlp_receiver import OtlpReceiver, ReceivedSpan
-from tests.test_retrieval import BIG, CUT, MESSAGES, POINTER, SESSION, TOOLS, _call, _round, _text
+from tests.test_retrieval import CUT, MESSAGES, POINTER, SESSION, TOOLS, _call, _round, _text
 from tests.upstream import FakeUpstream, Reply, Stream, message_json, message_stream_events
 
 KEY = "sk-ant-tracing-test-000777"
@@ -335,3 +335,64 @@ print(sorted(m for m in sys.modules if m.startswith("opentelemetry")))
         env=env, cwd=os.path.dirname(os.path.dirname(__file__)), timeout=60,
     )
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+# -- summary calls, count_tokens ------------------------------------------------------------------
+
+SUMMARY_MODEL = "claude-summary-traced"
+
+
+def test_summary_calls_are_call_spans_under_the_compaction_span(
+    upstream: FakeUpstream, make_proxy: Any, receiver: OtlpReceiver, transcript: dict[str, Any]
+) -> None:
+    compaction = {
+        "threshold": 20_000, "hard_limit": 60_000,
+        "summary": {"model": SUMMARY_MODEL, "input_budget": 4_000, "max_tokens": 300, "max_calls": 8},
+    }
+    proxy = _traced(make_proxy, receiver.endpoint, compaction=compaction)
+
+    def answer(request: Any) -> Reply:
+        if request.json()["model"] == SUMMARY_MODEL:
+            return Reply(message_json("A SUMMARY.", model=SUMMARY_MODEL, input_tokens=3000, output_tokens=50))
+        return Reply(message_json("ok"))
+
+    upstream.script(*[answer] * 20)
+    messages = transcript["messages"]
+    k = next(k for k in range(90, len(messages) + 1) if messages[k - 1]["role"] == "user")
+    raw = _client(proxy).messages.with_raw_response.create(
+        model="claude-fake-1", max_tokens=100, messages=messages[:k], tools=transcript["tools"]
+    )
+    calls = int(raw.headers["x-compaction-summary-calls"])
+    assert calls >= 1 and raw.headers["x-compaction-summary"] == "ok"
+    (server,) = _server_span(receiver)
+    compaction_span = _wait(lambda: receiver.named("context_proxy.compaction"), "the compaction span")[0]
+    assert compaction_span.parent_id == server.span_id
+    assert compaction_span.attributes["context_proxy.compaction.summary_calls"] == calls
+    assert "summarize" in compaction_span.attributes["context_proxy.compaction.layers"]
+    summaries = receiver.named(f"chat {SUMMARY_MODEL}")
+    assert len(summaries) == calls
+    for span in summaries:
+        assert span.parent_id == compaction_span.span_id and span.kind == "client"
+        assert span.attributes["context_proxy.call"] == "summary"
+        assert span.attributes["gen_ai.request.model"] == SUMMARY_MODEL
+        assert span.attributes["gen_ai.usage.input_tokens"] == 3000
+        assert span.attributes["gen_ai.usage.output_tokens"] == 50
+        assert span.attributes["context_proxy.tenant"] == "default"
+    plan = [s for s in receiver.named("context_proxy.store.write") if s.attributes["context_proxy.store.kind"] == "plan"]
+    assert len(plan) == 1 and plan[0].parent_id == compaction_span.span_id
+    client_call = receiver.one("chat claude-fake-1")
+    assert client_call.attributes["context_proxy.call"] == "client"
+    assert compaction_span.end_ns <= client_call.start_ns
+
+
+def test_count_tokens_is_a_count_tokens_call_span(
+    upstream: FakeUpstream, make_proxy: Any, receiver: OtlpReceiver
+) -> None:
+    proxy = _traced(make_proxy, receiver.endpoint)
+    upstream.script(Reply({"input_tokens": 12}))
+    _client(proxy).messages.count_tokens(model="m", messages=[{"role": "user", "content": "hi"}])
+    server = _wait(lambda: receiver.named("POST /v1/messages/count_tokens"), "the server span")[0]
+    call = _wait(lambda: receiver.named("count_tokens m"), "the call span")[0]
+    assert call.parent_id == server.span_id
+    assert call.attributes["gen_ai.operation.name"] == "count_tokens"
+    assert call.attributes["gen_ai.usage.input_tokens"] == 12

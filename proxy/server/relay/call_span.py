@@ -76,8 +76,11 @@ def answered(
     """End the client call's span, and those of the hidden rounds' calls when there were any."""
     rounds: Sequence[Any] = retrieval.continuations if retrieval is not None else ()
     if not rounds:
+        usage = tap.usage
+        if usage is None and tap.input_tokens is not None:  # a count_tokens answer
+            usage = {"input_tokens": tap.input_tokens}
         end_call(
-            span, status, tap.usage, message_id=tap.message_id, model=tap.model,
+            span, status, usage, message_id=tap.message_id, model=tap.model,
             stop_reason=tap.stop_reason,
         )
         return
