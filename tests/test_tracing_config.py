@@ -101,3 +101,24 @@ def test_bad_file_keys_are_named_and_headers_never_shown() -> None:
     assert "tracing.endpoint" in text and "tracing.queue_size" in text
     assert "tracing.headers" in text and "token-without-pair" not in text
     assert "key 'tracing.capture': unknown key" in text
+
+
+def test_tracing_on_without_the_extra_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    """Without OpenTelemetry installed (its import blocked here), ``tracing.enabled`` stops the
+    start with the extra to install, not a traceback."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; sys.modules['opentelemetry'] = None\n"
+        "from proxy.config import ConfigError, parse_config\n"
+        "from proxy.server.app import build_app\n"
+        "try:\n"
+        f"    build_app(parse_config({{'tracing': {{'enabled': True}}, 'state_dir': {str(tmp_path)!r}}}))\n"
+        "except ConfigError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert "key 'tracing.enabled'" in out.stdout and "pip install 'context-proxy[tracing]'" in out.stdout, out.stderr
+    assert "opentelemetry is not installed" in out.stdout

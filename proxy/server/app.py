@@ -17,7 +17,7 @@ import aiohttp
 from aiohttp import web
 
 from proxy.compaction_policy import model_windows, thinking_overrides
-from proxy.config import Config
+from proxy.config import Config, ConfigError
 from proxy.console.routes import add_console_routes
 from proxy.core.reparse import BodyMemo
 from proxy.errors import (
@@ -243,8 +243,13 @@ def build_app(config: Config) -> web.Application:
     # Bodies are read by the handlers with their own bound; this only guards request.read().
     middlewares: list[Any] = [error_middleware, admission_middleware, auth_middleware]
     if config.tracing.enabled:  # OpenTelemetry is imported only then
-        from proxy.server.http.tracing import tracing_ctx, tracing_middleware
-
+        try:
+            from proxy.server.http.tracing import tracing_ctx, tracing_middleware
+        except ImportError as exc:
+            raise ConfigError("<config>", [
+                "key 'tracing.enabled': traces need the tracing extra (pip install"
+                f" 'context-proxy[tracing]'); {exc.name or 'OpenTelemetry'} is not installed"
+            ]) from None
         middlewares.insert(0, tracing_middleware)
     app = web.Application(middlewares=middlewares, client_max_size=config.limits.max_body_bytes)
     app[CONFIG] = config
