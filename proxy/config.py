@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from proxy.core.limits import limit_problem
-from proxy.tracing_env import parse_pairs, tracing_values
+from proxy.tracing_env import parse_pairs, sdk_disabled, tracing_values
 
 ENV_CONFIG = "CONTEXT_PROXY_CONFIG"
 # An admin token for the passthrough tenant (the admin API and the console), as the token itself
@@ -377,7 +377,7 @@ class TracingConfig:
     enabled: bool = False
     endpoint: str = field(default="http://localhost:4318/v1/traces", metadata=_check(_http_url))
     # Sent with every export (a collector's credentials): ``k1=v1,k2=v2``; never printed.
-    headers: str = field(default="", metadata=_check(_pairs))
+    headers: str = field(default="", repr=False, metadata=_check(_pairs))
     service_name: str = "context-proxy"
     resource_attributes: str = field(default="", metadata=_check(_pairs))
     # Message content (prompts, answers) on spans: never unless true.
@@ -389,6 +389,8 @@ class TracingConfig:
     flush_seconds: float = field(default=5.0, metadata=_check(_positive))
     # One export's deadline, retries included; then its spans are dropped (and counted).
     export_timeout: float = field(default=10.0, metadata=_check(_positive))
+    # The exports' body: none or gzip.
+    compression: str = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +440,7 @@ _EXTRA_CHECKS: dict[tuple[type, str], Any] = {
     if v.upper() in ("DEBUG", "INFO", "WARNING", "ERROR")
     else "one of DEBUG, INFO, WARNING, ERROR",
     (LoggingConfig, "format"): lambda v: None if v in ("text", "json") else "one of text, json",
+    (TracingConfig, "compression"): lambda v: None if v in ("none", "gzip") else "one of none, gzip",
 }
 
 
@@ -670,8 +673,13 @@ def load_config(
     ``tracing:``: a key in the file wins."""
     base = tracing_from_env(environ) if env else None
     if path is None:
-        return base or Config()
-    return parse_config(read_yaml(path), str(path), base)
+        config = base or Config()
+    else:
+        config = parse_config(read_yaml(path), str(path), base)
+    if env and sdk_disabled(os.environ if environ is None else environ):
+        # the SDK's own off switch, whatever the file says (the SDK would record nothing anyway)
+        config = dataclasses.replace(config, tracing=dataclasses.replace(config.tracing, enabled=False))
+    return config
 
 
 def tracing_from_env(environ: Mapping[str, str] | None = None) -> Config:

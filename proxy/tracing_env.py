@@ -9,11 +9,13 @@ exporter's reading of ``OTEL_EXPORTER_OTLP_TIMEOUT`` as seconds.
 
 | variable | ``tracing.`` key |
 |---|---|
-| ``OTEL_SDK_DISABLED=true``, ``OTEL_TRACES_EXPORTER=none`` | ``enabled: false`` |
+| ``OTEL_SDK_DISABLED=true`` | ``enabled: false``, even over the file's ``true`` |
+| ``OTEL_TRACES_EXPORTER=none`` | ``enabled: false`` |
 | ``OTEL_TRACES_EXPORTER=otlp``; ``OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT`` set | ``enabled: true`` |
 | ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (as is), ``OTEL_EXPORTER_OTLP_ENDPOINT`` (+ ``/v1/traces``) | ``endpoint`` |
 | ``OTEL_EXPORTER_OTLP_TRACES_HEADERS``, ``OTEL_EXPORTER_OTLP_HEADERS`` | ``headers`` |
 | ``OTEL_EXPORTER_OTLP_TRACES_TIMEOUT``, ``OTEL_EXPORTER_OTLP_TIMEOUT`` (ms) | ``export_timeout`` (s) |
+| ``OTEL_EXPORTER_OTLP_TRACES_COMPRESSION``, ``OTEL_EXPORTER_OTLP_COMPRESSION`` | ``compression`` |
 | ``OTEL_SERVICE_NAME`` | ``service_name`` |
 | ``OTEL_RESOURCE_ATTRIBUTES`` | ``resource_attributes`` |
 | ``OTEL_BSP_MAX_QUEUE_SIZE``, ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, ``OTEL_BSP_SCHEDULE_DELAY`` (ms) | ``queue_size``, ``batch_size``, ``flush_seconds`` (s) |
@@ -68,6 +70,11 @@ def parse_pairs(text: str) -> dict[str, str] | None:
     return pairs
 
 
+def sdk_disabled(env: Mapping[str, str]) -> bool:
+    """``OTEL_SDK_DISABLED=true``: no traces, whatever the file says."""
+    return env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
 def tracing_values(env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
     """The ``tracing:`` values the environment gives, and its problems (never a value shown
     for the header variables: they carry collector credentials)."""
@@ -92,7 +99,7 @@ def tracing_values(env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
         values["endpoint"] = base[1].rstrip("/") + OTLP_TRACES_PATH
     if exporter == "otlp" or "endpoint" in values:
         values["enabled"] = True
-    if exporter == "none" or env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    if exporter == "none" or sdk_disabled(env):
         values["enabled"] = False
     headers = _first(env, "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
     if headers is not None:
@@ -106,6 +113,12 @@ def tracing_values(env: Mapping[str, str]) -> tuple[dict[str, Any], list[str]]:
             problems.append("variable OTEL_RESOURCE_ATTRIBUTES: expected key=value pairs separated by commas")
         else:
             values["resource_attributes"] = resource[1]
+    compression = _first(env, "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION")
+    if compression is not None:
+        if compression[1] not in ("none", "gzip"):
+            problems.append(f"variable {compression[0]}: expected none or gzip, got {compression[1][:40]!r}")
+        else:
+            values["compression"] = compression[1]
     service = _first(env, "OTEL_SERVICE_NAME")
     if service is not None:
         values["service_name"] = service[1]

@@ -293,15 +293,20 @@ def test_a_refused_collector_drops_and_counts(
     assert _metric(proxy, "exported") == 0
 
 
+@pytest.mark.parametrize("compression", ["none", "gzip"])
 def test_an_answering_collector_gets_the_configured_headers(
-    upstream: FakeUpstream, make_proxy: Any, receiver: OtlpReceiver
+    upstream: FakeUpstream, make_proxy: Any, receiver: OtlpReceiver, compression: str
 ) -> None:
-    proxy = _traced(make_proxy, receiver.endpoint, headers="x-collector-token=abc%20def", service_name="cp-test")
+    proxy = _traced(
+        make_proxy, receiver.endpoint, headers="x-collector-token=abc%20def", service_name="cp-test",
+        resource_attributes="deployment.environment=test", compression=compression,
+    )
     upstream.script(Reply(message_json("ok")))
     _client(proxy).messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     (server,) = _server_span(receiver)
     assert receiver.headers[0]["x-collector-token"] == "abc def"
-    assert server.resource["service.name"] == "cp-test"
+    assert receiver.headers[0].get("Content-Encoding", "none") == compression
+    assert server.resource == {"service.name": "cp-test", "deployment.environment": "test"}
 
 
 # -- tracing off --------------------------------------------------------------------------------

@@ -122,3 +122,16 @@ def test_tracing_on_without_the_extra_is_a_config_error_naming_it(tmp_path: Path
                          cwd=Path(__file__).resolve().parents[1])
     assert "key 'tracing.enabled'" in out.stdout and "pip install 'context-proxy[tracing]'" in out.stdout, out.stderr
     assert "opentelemetry is not installed" in out.stdout
+
+
+def test_the_sdks_off_switch_wins_over_the_file_and_compression_is_read(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("tracing:\n  enabled: true\n")
+    assert _tracing({}, path).enabled is True
+    assert _tracing({"OTEL_SDK_DISABLED": "true"}, path).enabled is False
+    assert _tracing({"OTEL_EXPORTER_OTLP_COMPRESSION": "gzip"}).compression == "gzip"
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_TRACES_COMPRESSION: expected none or gzip"):
+        _tracing({"OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "zstd"})
+    with pytest.raises(ConfigError, match=r"tracing\.compression"):
+        parse_config({"tracing": {"compression": "br"}})
+    assert "headers" not in repr(TracingConfig(headers="authorization=Bearer%20x"))

@@ -26,10 +26,11 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.context import Context
+from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Span as SdkSpan
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -43,6 +44,8 @@ from proxy.tracing_env import parse_pairs
 
 log = logging.getLogger("context_proxy.tracing")
 
+# an attribute's longest value (the prompt, with tracing.capture_content)
+MAX_ATTRIBUTE_CHARS = 65536
 # at shutdown, what waits is sent for at most this long (and the exporter's deadline)
 SHUTDOWN_GRACE = 5.0
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -102,6 +105,7 @@ class Tracing:
             endpoint=config.endpoint,
             headers=parse_pairs(config.headers) or {},
             timeout=config.export_timeout,
+            compression=Compression.Gzip if config.compression == "gzip" else Compression.NoCompression,
         )
         counter = metrics.trace_spans
         self.export = BoundedExport(
@@ -112,8 +116,16 @@ class Tracing:
             grace=min(config.export_timeout, SHUTDOWN_GRACE),
             count=lambda outcome, n: counter.labels(outcome).inc(n),
         )
+        # every limit given (none read from the environment): the SDK's counts, and content
+        # (tracing.capture_content) cut at MAX_ATTRIBUTE_CHARS
+        limits = SpanLimits(
+            max_attributes=128, max_events=128, max_links=128, max_span_attributes=128,
+            max_event_attributes=128, max_link_attributes=128,
+            max_attribute_length=MAX_ATTRIBUTE_CHARS, max_span_attribute_length=MAX_ATTRIBUTE_CHARS,
+        )
         self.provider = TracerProvider(
-            resource=Resource(resource), sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False
+            resource=Resource(resource), sampler=ParentBased(ALWAYS_ON), shutdown_on_exit=False,
+            span_limits=limits,
         )
         self.provider.add_span_processor(_Identify())
         self.provider.add_span_processor(self.export)
