@@ -82,15 +82,22 @@ class OtlpReceiver:
     def hang(self) -> None:
         self._hang = asyncio.Event()
 
+    def release(self) -> None:
+        """A hung receiver answers again (call on its loop)."""
+        if self._hang is not None:
+            self._hang.set()
+            self._hang = None
+
     def fail(self, status: int) -> None:
         self._status = status
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         self.headers.append(dict(request.headers))
-        if self._hang is not None:
+        hang = self._hang
+        if hang is not None:
             self.pending += 1
-            await self._hang.wait()
+            await hang.wait()
             self.pending -= 1
         if self._status != 200:
             return web.Response(status=self._status)

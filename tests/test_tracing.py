@@ -86,19 +86,25 @@ def _metric(proxy: ProxyServer, outcome: str) -> float:
 # -- the span tree ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("stream", [True, False])
 def test_a_compacting_retrieving_streaming_request_is_one_span_tree(
-    upstream: FakeUpstream, make_proxy: Any, receiver: OtlpReceiver
+    upstream: FakeUpstream, make_proxy: Any, receiver: OtlpReceiver, stream: bool
 ) -> None:
     proxy = _traced(make_proxy, receiver.endpoint, compaction=CUT)
     first = _round([_text("Let me read the whole log."), _call()], "tool_use", 100, 20)
     first["usage"]["cache_read_input_tokens"] = 900
     first["usage"]["cache_creation_input_tokens"] = 40
     second = _round([_text("The failure is on line 399.")], "end_turn", 7000, 15)
-    upstream.script(Stream(message_stream_events(first)), Stream(message_stream_events(second)))
     client = _client(proxy, **{"x-session-id": SESSION, "x-agent-id": "agent-7"})
-    with client.messages.stream(model="m", max_tokens=100, messages=MESSAGES, tools=TOOLS) as s:  # type: ignore[arg-type]
-        final = s.get_final_message()
-        headers = dict(s.response.headers)
+    if stream:
+        upstream.script(Stream(message_stream_events(first)), Stream(message_stream_events(second)))
+        with client.messages.stream(model="m", max_tokens=100, messages=MESSAGES, tools=TOOLS) as s:  # type: ignore[arg-type]
+            final = s.get_final_message()
+            headers = dict(s.response.headers)
+    else:
+        upstream.script(Reply(first), Reply(second))
+        raw = client.messages.with_raw_response.create(model="m", max_tokens=100, messages=MESSAGES, tools=TOOLS)  # type: ignore[arg-type]
+        final, headers = raw.parse(), dict(raw.headers)
     assert [b.text for b in final.content] == ["Let me read the whole log.", "The failure is on line 399."]  # type: ignore[union-attr]
     assert "truncate" in headers["x-compaction-layers"]
 
@@ -278,6 +284,10 @@ def test_a_dead_collector_never_touches_a_request(
     assert receiver.pending == 1  # still stuck: the requests did not wait for it
     assert _metric(proxy, "dropped_queue_full") > 0  # the bounded queue overflowed, counted
     assert receiver.spans == []
+    # the collector answers again: what the queue held goes out
+    loop_thread.loop.call_soon_threadsafe(receiver.release)
+    _wait(lambda: receiver.named("POST /v1/messages"), "spans after the collector came back")
+    _wait(lambda: not proxy.app[TRACING].export._queue, "the queue to empty")
 
 
 def test_a_refused_collector_drops_and_counts(
