@@ -411,3 +411,40 @@ def test_count_tokens_is_a_count_tokens_call_span(
     assert call.parent_id == server.span_id
     assert call.attributes["gen_ai.operation.name"] == "count_tokens"
     assert call.attributes["gen_ai.usage.input_tokens"] == 12
+
+
+def test_concurrent_requests_keep_their_own_identity(
+    upstream: FakeUpstream, make_proxy: Any, receiver: OtlpReceiver
+) -> None:
+    """Two sessions in flight at once: the first waits for its answer while the second runs from
+    start to end, then opens more spans (a hidden retrieval round). Every span of each trace
+    names its own session and agent, never the other's."""
+    import threading
+
+    proxy = _traced(make_proxy, receiver.endpoint, compaction=CUT)
+    first = _round([_text("Reading."), _call()], "tool_use", 10, 5)
+    upstream.script(Reply(first, delay=0.5), Reply(message_json("ok")), Reply(message_json("done")))
+
+    def ask(session: str, agent: str, **more: Any) -> None:
+        _client(proxy, **{"x-session-id": session, "x-agent-id": agent}).messages.create(
+            model="m", max_tokens=100, **more
+        )
+
+    slow = threading.Thread(target=ask, args=(SESSION, "agent-slow"), kwargs={"messages": MESSAGES, "tools": TOOLS})
+    slow.start()
+    _wait(lambda: len(upstream.requests) >= 1, "the first request upstream")
+    ask("sess-fast", "agent-fast", messages=[{"role": "user", "content": "hi"}])
+    slow.join(10)
+    servers = _server_span(receiver, 2)
+    by_session = {s.attributes["context_proxy.session"]: s for s in servers}
+    assert set(by_session) == {SESSION, "sess-fast"}
+    agents = {SESSION: "agent-slow", "sess-fast": "agent-fast"}
+    fast = by_session["sess-fast"]
+    for session, server in by_session.items():
+        trace = [s for s in receiver.spans if s.trace_id == server.trace_id]
+        assert len(trace) >= 4  # server, validation, the durable-state read, compaction, the call
+        for span in trace:
+            assert span.attributes["context_proxy.session"] == session, span.name
+            assert span.attributes["context_proxy.agent"] == agents[session], span.name
+    (round_span,) = receiver.named("context_proxy.retrieval.round")
+    assert round_span.start_ns > fast.end_ns  # opened after the other request had come and gone
