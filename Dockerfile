@@ -2,7 +2,8 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY proxy ./proxy
-RUN pip install --no-cache-dir .
+# the tracing extra: OTEL_EXPORTER_OTLP_ENDPOINT alone turns traces on (README, Traces)
+RUN pip install --no-cache-dir ".[tracing]"
 COPY examples/docker.yaml /etc/context-proxy/config.yaml
 ENV CONTEXT_PROXY_CONFIG=/etc/context-proxy/config.yaml
 # Small objects from glibc, not Python's arenas: after a burst of streams the idle step's

@@ -46,6 +46,7 @@ import importlib
 import itertools
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -73,6 +74,7 @@ from bench.report import BASELINE, code_version, machine_info, print_report, pri
 from bench.servers import (  # noqa: E402
     CHILDREN,
     PeerChild,
+    _run_receiver,
     _run_relay,
     _run_upstream,
     allocator_env,
@@ -264,7 +266,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         " reached); with --baseline-root . the baseline is the same code with them off")
     p.add_argument("--profile-proxy", metavar="PATH",
                    help="run the proxy process under cProfile and write its stats to PATH (slows it down)")
-    p.add_argument("--_role", choices=["upstream", "relay"], help=argparse.SUPPRESS)
+    p.add_argument("--tracing", choices=["off", "on"], default="off",
+                   help="the proxy's OpenTelemetry traces: on = every span exported to a local OTLP/HTTP "
+                        "receiver (its own process, answering at once)")
+    p.add_argument("--baseline-tracing", choices=["off", "on"], default="off",
+                   help="the baseline's traces; with --baseline-root . --baseline-tracing on the same code "
+                        "with tracing off (proxy) and on (baseline), interleaved")
+    p.add_argument("--_role", choices=["upstream", "relay", "receiver"], help=argparse.SUPPRESS)
     p.add_argument("--upstream", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     q = args.quick
@@ -306,19 +314,39 @@ def start_peers(names: list[str], upstream_url: str, tmp: Path, urls: dict[str, 
     return skipped
 
 
-def spawn_baseline(args: argparse.Namespace, upstream_url: str, tmp: Path, port: int) -> str:
+def spawn_baseline(args: argparse.Namespace, upstream_url: str, tmp: Path, port: int, traces: str = "") -> str:
     """The proxy as another checkout has it (its ``proxy`` package first on the path), with its
     own state: one more target, measured like the peers (``x proxy``: its added latency over
     this proxy's)."""
     root = Path(args.baseline_root).resolve()
     if not (root / "proxy" / "__init__.py").is_file():
         raise SystemExit(f"--baseline-root: {root} holds no proxy package")
-    cfg = write_proxy_config(tmp, upstream_url, args, name=BASELINE)
+    cfg = write_proxy_config(tmp, upstream_url, args, name=BASELINE, traces=traces)
     env = {**allocator_env(args.baseline_allocator or args.allocator),
            "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     child = spawn_logged(BASELINE, [sys.executable, "-m", "proxy", "serve", "--port", str(port), "--config", str(cfg)],
                          tmp, f"http://127.0.0.1:{port}" if port else "", env=env)
     return child.url
+
+
+_TRACE_SPANS = re.compile(r'^context_proxy_trace_spans_total\{outcome="(\w+)"\} ([0-9.e+]+)$', re.M)
+
+
+def trace_counts(urls: dict[str, str], traces: str) -> dict[str, Any]:
+    """What the traced targets exported (their ``/metrics``) and the receiver took: the spans
+    were really made and sent, not silently dropped."""
+    import urllib.request
+
+    out: dict[str, Any] = {}
+    for target in ("proxy", BASELINE):
+        if target in urls:
+            with urllib.request.urlopen(urls[target] + "/metrics", timeout=5) as r:
+                found = {k: float(v) for k, v in _TRACE_SPANS.findall(r.read().decode())}
+            out[target] = found
+    with urllib.request.urlopen(traces.removesuffix("/v1/traces") + "/counts", timeout=5) as r:
+        out["receiver"] = json.loads(r.read())
+    print(f"traces: {out}", file=sys.stderr, flush=True)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -329,6 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args._role == "relay":
         asyncio.run(_run_relay(args.upstream))
         return 0
+    if args._role == "receiver":
+        asyncio.run(_run_receiver())
+        return 0
 
     nofile = raise_nofile()  # before spawning: the children inherit it
     started = time.perf_counter()
@@ -338,7 +369,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             up = spawn_upstream()
             CHILDREN["upstream"] = up
-            cfg = write_proxy_config(tmp, up.url, args)
+            traces = ""
+            if "on" in (args.tracing, args.baseline_tracing):
+                receiver = spawn_logged("receiver", [sys.executable, str(Path(__file__).resolve()), "--_role",
+                                                     "receiver"], tmp)
+                traces = receiver.url + "/v1/traces"
+            cfg = write_proxy_config(tmp, up.url, args, traces=traces if args.tracing == "on" else "")
             profile = ["-m", "cProfile", "-o", str(Path(args.profile_proxy).resolve())] if args.profile_proxy else []
             # At INFO the proxy logs its port ("listening on ..."); above INFO the bench picks one.
             port = 0 if args.proxy_log_level in ("DEBUG", "INFO") else free_port()
@@ -350,7 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "--upstream", up.url], tmp)
             urls = {"direct": up.url, "floor": CHILDREN["floor"].url, "proxy": proxy.url}
             if args.baseline_root:
-                urls[BASELINE] = spawn_baseline(args, up.url, tmp, port=0 if port == 0 else free_port())
+                urls[BASELINE] = spawn_baseline(args, up.url, tmp, port=0 if port == 0 else free_port(),
+                                                traces=traces if args.baseline_tracing == "on" else "")
             peers_skipped = start_peers([p for p in args.peers.split(",") if p], up.url, tmp, urls)
             for why in peers_skipped:
                 print(f"peer skipped: {why}", file=sys.stderr, flush=True)
@@ -362,6 +399,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rest_mb = rss_mb(proxy.proc.pid)
             res = asyncio.run(bench(args, urls, proxy.proc.pid))
             res["memory_mb"] = {"rest": rest_mb, **res["memory_mb"]}
+            if traces:
+                res["tracing"] = trace_counts(urls, traces)
             for name in ("proxy", "floor"):
                 if CHILDREN[name].proc.poll() is not None:
                     raise RuntimeError(f"{name} died during the run: {CHILDREN[name].log_path}")

@@ -182,6 +182,37 @@ async def _run_relay(upstream: str) -> None:
     await session.close()
 
 
+# --- a trace collector: takes OTLP/HTTP exports, answers at once --------------------------------
+
+
+async def _run_receiver() -> None:
+    """What a local collector costs the proxy: each export read whole and answered with an empty
+    ``ExportTraceServiceResponse`` (zero bytes of protobuf); counted, never decoded."""
+    received = {"exports": 0, "bytes": 0}
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        received["exports"] += 1
+        received["bytes"] += len(body)
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    async def counts(request: web.Request) -> web.StreamResponse:
+        return web.json_response(received)
+
+    app = web.Application(client_max_size=64 * 1024**2)
+    app.router.add_post("/v1/traces", handle)
+    app.router.add_get("/counts", counts)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    print(f"listening on http://127.0.0.1:{runner.addresses[0][1]}", file=sys.stderr, flush=True)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
 # --- process management ------------------------------------------------------------------------
 
 
@@ -317,7 +348,9 @@ class PeerChild:
         self.peer.stop()
 
 
-def write_proxy_config(tmp: Path, upstream_url: str, args: argparse.Namespace, name: str = "proxy") -> Path:
+def write_proxy_config(
+    tmp: Path, upstream_url: str, args: argparse.Namespace, name: str = "proxy", traces: str = ""
+) -> Path:
     cfg: dict[str, Any] = {
         "listen": {"host": "127.0.0.1"},
         "upstream": {"base_url": upstream_url, "pool_size": max(1024, args.conc_streams + 64)},
@@ -342,6 +375,8 @@ def write_proxy_config(tmp: Path, upstream_url: str, args: argparse.Namespace, n
         }
         (policies / "bench.yaml").write_text(json.dumps(policy))
         cfg["policies_dir"] = str(policies)
+    if traces:  # the OTLP/HTTP endpoint of bench_proxy's receiver (--tracing / --baseline-tracing)
+        cfg["tracing"] = {"enabled": True, "endpoint": traces}
     path = tmp / f"{name}.yaml"
     path.write_text(json.dumps(cfg, indent=2))  # JSON is YAML
     return path

@@ -19,7 +19,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from proxy.server.http.runner import serve
 
     try:
-        config = load_config(config_path_from_env(args.config))
+        config = load_config(config_path_from_env(args.config), env=True)
         config = config.with_admin_tokens(admin_tokens_from_env())
     except ConfigError as exc:
         print(exc, file=sys.stderr)

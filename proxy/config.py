@@ -2,8 +2,9 @@
 
 Every key has a default, so the proxy runs with no file at all. Unknown keys and wrong types are
 errors that name the file, the key and what was expected. The environment is read here, by
-:func:`config_path_from_env` (which file) and :func:`admin_tokens_from_env` (an admin token for
-the passthrough tenant: ``Config.admin_token_hashes``, never a file key), when ``serve`` starts;
+:func:`config_path_from_env` (which file), :func:`admin_tokens_from_env` (an admin token for
+the passthrough tenant: ``Config.admin_token_hashes``, never a file key) and
+:func:`tracing_from_env` (the standard ``OTEL_*`` variables under ``tracing:``), when ``serve`` starts;
 tenant policies read the variables they name in :func:`proxy.tenants.load_tenancy`.
 """
 
@@ -25,6 +26,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from proxy.core.limits import limit_problem
+from proxy.tracing_env import parse_pairs, sdk_disabled, tracing_values
 
 ENV_CONFIG = "CONTEXT_PROXY_CONFIG"
 # An admin token for the passthrough tenant (the admin API and the console), as the token itself
@@ -65,7 +67,7 @@ class ConfigError(Exception):
 
 
 # A key whose name says it holds a credential: its value is never printed, whatever its type.
-_SECRET_NAME = re.compile(r"(?i)key|token|secret|passw|credential")
+_SECRET_NAME = re.compile(r"(?i)key|token|secret|passw|credential|headers")
 _REPR = reprlib.Repr()
 _REPR.maxlevel = 2
 _REPR.maxstring = MAX_SHOWN_CHARS
@@ -364,6 +366,33 @@ class ConsoleConfig:
     session_ttl_seconds: int = field(default=8 * 3600, metadata=_check(_positive))
 
 
+def _pairs(value: str) -> str | None:
+    return None if parse_pairs(value) is not None else "key=value pairs separated by commas"
+
+
+@dataclass(frozen=True, slots=True)
+class TracingConfig:
+    # OpenTelemetry traces over OTLP/HTTP (protobuf); off unless configured here or by the
+    # standard OTEL_* variables (proxy/tracing_env.py; a key in this file wins over a variable).
+    enabled: bool = False
+    endpoint: str = field(default="http://localhost:4318/v1/traces", metadata=_check(_http_url))
+    # Sent with every export (a collector's credentials): ``k1=v1,k2=v2``; never printed.
+    headers: str = field(default="", repr=False, metadata=_check(_pairs))
+    service_name: str = "context-proxy"
+    resource_attributes: str = field(default="", metadata=_check(_pairs))
+    # Message content (prompts, answers) on spans: never unless true.
+    capture_content: bool = False
+    # Spans waiting for export; beyond it new spans are dropped (and counted), never waited on.
+    queue_size: int = field(default=2048, metadata=_check(_positive))
+    batch_size: int = field(default=512, metadata=_check(_positive))
+    # A batch leaves when full or this long after the previous one.
+    flush_seconds: float = field(default=5.0, metadata=_check(_positive))
+    # One export's deadline, retries included; then its spans are dropped (and counted).
+    export_timeout: float = field(default=10.0, metadata=_check(_positive))
+    # The exports' body: none or gzip.
+    compression: str = "none"
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     listen: ListenConfig = ListenConfig()
@@ -381,6 +410,7 @@ class Config:
     ledger: LedgerConfig = LedgerConfig()
     prices: tuple[PriceConfig, ...] = ()
     console: ConsoleConfig = ConsoleConfig()
+    tracing: TracingConfig = TracingConfig()
     # SHA-256 digests of admin tokens for the passthrough tenant, from the environment
     # (:func:`admin_tokens_from_env`); not a file key.
     admin_token_hashes: tuple[bytes, ...] = field(default=(), repr=False, metadata={"env": True})
@@ -410,6 +440,7 @@ _EXTRA_CHECKS: dict[tuple[type, str], Any] = {
     if v.upper() in ("DEBUG", "INFO", "WARNING", "ERROR")
     else "one of DEBUG, INFO, WARNING, ERROR",
     (LoggingConfig, "format"): lambda v: None if v in ("text", "json") else "one of text, json",
+    (TracingConfig, "compression"): lambda v: None if v in ("none", "gzip") else "one of none, gzip",
 }
 
 
@@ -532,10 +563,11 @@ def _cross_checks(config: Config, errors: list[str]) -> None:
             errors.append(f"key 'prices[{i}].model': expected a model id or glob")
 
 
-def parse_config(data: Any, source: str = "<config>") -> Config:
-    """Validate already-parsed YAML data; raise :class:`ConfigError` listing every problem."""
+def parse_config(data: Any, source: str = "<config>", base: Config | None = None) -> Config:
+    """Validate already-parsed YAML data; raise :class:`ConfigError` listing every problem.
+    With ``base`` (the environment's values), keys absent from ``data`` keep its values."""
     errors: list[str] = []
-    config = _build(Config, data, "", errors)
+    config = _build(Config, data, "", errors, base)
     if not errors:
         _cross_checks(config, errors)
     if errors:
@@ -630,11 +662,37 @@ def _expansion_problem(root: yaml.Node) -> str | None:
     return None
 
 
-def load_config(path: str | os.PathLike[str] | None) -> Config:
-    """Load and validate a YAML file; ``None`` gives the built-in defaults."""
+def load_config(
+    path: str | os.PathLike[str] | None,
+    *,
+    env: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Load and validate a YAML file; ``None`` gives the built-in defaults. With ``env``
+    (``serve``), the ``OTEL_*`` variables (of ``environ``, else the process's) are the base of
+    ``tracing:``: a key in the file wins."""
+    base = tracing_from_env(environ) if env else None
     if path is None:
-        return Config()
-    return parse_config(read_yaml(path), str(path))
+        config = base or Config()
+    else:
+        config = parse_config(read_yaml(path), str(path), base)
+    if env and sdk_disabled(os.environ if environ is None else environ):
+        # the SDK's own off switch, whatever the file says (the SDK would record nothing anyway)
+        config = dataclasses.replace(config, tracing=dataclasses.replace(config.tracing, enabled=False))
+    return config
+
+
+def tracing_from_env(environ: Mapping[str, str] | None = None) -> Config:
+    """The defaults with the ``tracing:`` values the standard ``OTEL_*`` variables give
+    (:mod:`proxy.tracing_env`); :class:`ConfigError` for a variable the proxy cannot honour."""
+    env = os.environ if environ is None else environ
+    values, problems = tracing_values(env)
+    errors: list[str] = []
+    tracing = build_section(TracingConfig, values, "tracing", errors)
+    problems += [e.replace("key 'tracing.", "variable for 'tracing.") for e in errors]
+    if problems:
+        raise ConfigError("<environment>", problems)
+    return Config(tracing=tracing)
 
 
 def config_path_from_env(explicit: str | None, environ: Mapping[str, str] | None = None) -> str | None:

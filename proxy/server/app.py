@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
 from proxy.compaction_policy import model_windows, thinking_overrides
-from proxy.config import Config
+from proxy.config import Config, ConfigError
 from proxy.console.routes import add_console_routes
 from proxy.core.reparse import BodyMemo
 from proxy.errors import (
@@ -259,10 +260,17 @@ async def _on_shutdown(app: web.Application) -> None:
 
 def build_app(config: Config) -> web.Application:
     # Bodies are read by the handlers with their own bound; this only guards request.read().
-    app = web.Application(
-        middlewares=[error_middleware, admission_middleware, auth_middleware],
-        client_max_size=config.limits.max_body_bytes,
-    )
+    middlewares: list[Any] = [error_middleware, admission_middleware, auth_middleware]
+    if config.tracing.enabled:  # OpenTelemetry is imported only then
+        try:
+            from proxy.server.http.tracing import tracing_ctx, tracing_middleware
+        except ImportError as exc:
+            raise ConfigError("<config>", [
+                "key 'tracing.enabled': traces need the tracing extra (pip install"
+                f" 'context-proxy[tracing]'); {exc.name or 'OpenTelemetry'} is not installed"
+            ]) from None
+        middlewares.insert(0, tracing_middleware)
+    app = web.Application(middlewares=middlewares, client_max_size=config.limits.max_body_bytes)
     app[CONFIG] = config
     app[TENANCY] = TenancyHolder(load_tenancy(config))  # invalid policies: PolicyError, no start
     app[BODIES] = BodyMemo(config.limits.body_memo_bytes)
@@ -270,6 +278,8 @@ def build_app(config: Config) -> web.Application:
     app[METRICS] = new_metrics()
     app[STATE] = ProxyState()
     app[ERROR_FORMATS] = {}
+    if config.tracing.enabled:
+        app.cleanup_ctx.append(tracing_ctx)  # first in, last out: after every request's spans
     app.cleanup_ctx.append(_upstream_session)
     app.cleanup_ctx.append(retention_ctx)  # after the store opens, stopped before it closes
     app.on_shutdown.append(_on_shutdown)

@@ -45,9 +45,11 @@ from proxy.server.compaction.service import (
 from proxy.server.compaction.thinking import THINKING_HEADER, ThinkingGuard, with_beta
 from proxy.server.context.durable import conversation_from, with_system_block
 from proxy.server.context.retrieval import RetrievalLoop
+from proxy.server.http import spans
 from proxy.server.ledger import LEDGER, ClientCall, calls_for
 from proxy.server.quota import QUOTA_TICKET, admit
 from proxy.server.relay.accumulate import AnswerAccumulator
+from proxy.server.relay.call_span import answered, end_call, start_call
 from proxy.server.relay.forward import (
     MESSAGES_ACCEPT_ENCODING,
     read_limited,
@@ -177,22 +179,28 @@ async def serve_messages(
     tenant_policy = request[REQUEST_TENANT]
     tenant = tenant_policy.name
     conversation = conversation_from(request.headers)
-    parsed = parse_messages_body(text, app[BODIES], _memo_scope(request, tenant, conversation))
-    body = parsed.body
-    n = len(body["messages"])
-    keep = range(max(0, n - CHECKPOINTS_KEPT), n + 1) if parsed.rememberable else ()
-    # the new messages' canonical JSON, made in the same step, serves compaction (when it runs)
-    too_deep, canonical = check_nesting(
-        body,
-        parsed.reused,
-        parsed.reused_members,
-        make_canonical=compaction_runs(request.headers, tenant_policy.compaction),
-    )
-    if too_deep is not None:
-        raise InvalidRequest(too_deep)
-    violation, checkpoints = scan_messages(body["messages"], parsed.checkpoint, keep)
-    if violation is not None:
-        raise InvalidRequest(violation.message)
+    spans.identify(tenant, conversation)
+    with spans.span("context_proxy.validate"):
+        parsed = parse_messages_body(
+            text,
+            app[BODIES],
+            _memo_scope(request, tenant, conversation),
+        )
+        body = parsed.body
+        n = len(body["messages"])
+        keep = range(max(0, n - CHECKPOINTS_KEPT), n + 1) if parsed.rememberable else ()
+        # the new messages' canonical JSON, made in the same step, serves compaction (when it runs)
+        too_deep, canonical = check_nesting(
+            body,
+            parsed.reused,
+            parsed.reused_members,
+            make_canonical=compaction_runs(request.headers, tenant_policy.compaction),
+        )
+        if too_deep is not None:
+            raise InvalidRequest(too_deep)
+        violation, checkpoints = scan_messages(body["messages"], parsed.checkpoint, keep)
+        if violation is not None:
+            raise InvalidRequest(violation.message)
     sources = tenant_policy.sources
     session = conversation.session if conversation is not None else None
     durable = app[DURABLE]
@@ -264,11 +272,13 @@ async def serve_messages(
         recorder if route == "messages" else None, tenant, session, body, prepared.headers,
         agent=agent, quota=request.get(QUOTA_TICKET),
     )
+    call_span = start_call(prepared.forwarded or body, route)
     try:
         upstream = await forwarder.open(
             request, route=route, data=prepared.body, decode=True, headers=headers
         )
     except ProxyError as exc:  # 502/504: the compaction outcome is known, and reported
+        end_call(call_span, exc.status, None)
         prepared = await service.settle(prepared)
         exc.headers = {**extra_headers, **prepared.headers, **exc.headers}
         call.record(exc.status, None, None)  # never reached the provider's answer: no usage
@@ -329,6 +339,7 @@ async def serve_messages(
                 )
             else:
                 call.record(upstream.status, tap.usage, request_id, notes=tap.notes)
+            answered(call_span, upstream.status, tap, retrieval)
     if outcome.completed and outcome.status == 200 and (retrieval is None or not retrieval.rounds):
         service.observe(prepared.calibration_key, prepared.estimate, tap.input_tokens)
     # Learnt once the answer is out: where this body's messages end, and their digests, serve

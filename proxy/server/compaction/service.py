@@ -9,10 +9,11 @@ needs, performs the model call for L4 with the request's own credentials (throug
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ParamSpec
 
 import orjson
 from multidict import CIMultiDictProxy
@@ -46,9 +47,11 @@ from proxy.server.compaction.counting import Counting, count_while_forwarding, w
 from proxy.server.compaction.naming import transcript_sequences
 from proxy.server.compaction.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of
 from proxy.server.compaction.summaries import Summaries
+from proxy.server.http import spans
 from proxy.server.http.metrics import Metrics
 from proxy.store import Store, StoreError
 
+_P = ParamSpec("_P")
 log = logging.getLogger("context_proxy.compaction")
 
 # Calibration figures go to the store at most this often per tenant and model.
@@ -117,6 +120,42 @@ def result_headers(result: CompactionResult) -> dict[str, str]:
     if result.summary_calls:
         headers["x-compaction-summary-calls"] = str(result.summary_calls)
     return headers
+
+
+# a request's report headers as its compaction span's attributes
+_REPORT_ATTRIBUTES = (
+    ("x-compaction-tokens-before", "context_proxy.compaction.tokens_before", int),
+    ("x-compaction-tokens-after", "context_proxy.compaction.tokens_after", int),
+    ("x-compaction-layers", "context_proxy.compaction.layers", lambda v: tuple(v.split(","))),
+    ("x-compaction-plan", "context_proxy.compaction.plan", str),
+    ("x-compaction-summary", "context_proxy.compaction.summary", str),
+    ("x-compaction-summary-calls", "context_proxy.compaction.summary_calls", int),
+    ("x-compaction-id", "context_proxy.compaction.id", str),
+)
+
+
+def report_attributes(report: Mapping[str, str]) -> dict[str, Any]:
+    """The ``x-compaction-*`` report as span attributes."""
+    return {name: convert(report[header]) for header, name, convert in _REPORT_ATTRIBUTES if header in report}
+
+
+def _in_span(
+    prepare: Callable[_P, Coroutine[Any, Any, Prepared]],
+) -> Callable[_P, Coroutine[Any, Any, Prepared]]:
+    """``prepare`` in a ``context_proxy.compaction`` span that carries its report (layers,
+    tokens before and after, plan, summary; the summary calls are its children); a request
+    counted while forwarded reports in its ``settle`` span."""
+
+    @functools.wraps(prepare)
+    async def traced(*args: _P.args, **kwargs: _P.kwargs) -> Prepared:
+        with spans.span("context_proxy.compaction") as span:
+            prepared = await prepare(*args, **kwargs)
+            if span.recording:
+                span.set_many(report_attributes(prepared.headers))
+                span.set("context_proxy.compaction.counting", prepared.counting is not None)
+            return prepared
+
+    return traced
 
 
 def _estimate(result: CompactionResult, ratio: float) -> int:
@@ -258,6 +297,7 @@ class CompactionService:
             self._request_policies[key] = _RequestPolicy(config, policy)
         return policy
 
+    @_in_span
     async def prepare(
         self,
         headers: CIMultiDictProxy[str],
@@ -357,7 +397,8 @@ class CompactionService:
                 assert transcript is not None
                 if settled is not None:
                     await settled()
-                found = await transcript_sequences(self.store, tenant, transcript, outcome.keys)
+                with spans.span(spans.STORE_READ, {"context_proxy.store.kind": "transcript_seqs"}):
+                    found = await transcript_sequences(self.store, tenant, transcript, outcome.keys)
                 outcome = await self._off_loop(
                     offload, named, outcome.continuation, outcome.sequences(found)
                 )
@@ -424,7 +465,8 @@ class CompactionService:
             return prepared
         # every message was dumped and hashed before the count started (else no bound): the
         # count cannot fail to serialise, and under the bound it compacts nothing
-        outcome = await counting.task
+        with spans.span("context_proxy.compaction.count") as span:
+            outcome = await counting.task
         result = outcome.result if isinstance(outcome, Done) else None
         if result is None or result.changed:  # cannot be: said, and reported as skipped
             log.error("[compact] a request counted while forwarded came out compacted")
@@ -432,6 +474,8 @@ class CompactionService:
             return replace(prepared, counting=None)
         self.metrics.child(self.metrics.compactions, result.plan_status).inc()
         prepared.headers.update(result_headers(result))
+        if span.recording:
+            span.set_many(report_attributes(prepared.headers))
         estimate = _estimate(result, counting.ratio)
         return replace(prepared, estimate=estimate, result=result, counting=None)
 
@@ -443,7 +487,8 @@ class CompactionService:
 
     async def _persist_plan(self, plan: Plan) -> None:
         """Store a new plan before answering, so the next turn may go to another replica."""
-        await self.plan_reads.persist(self.store, plan)
+        with spans.span(spans.STORE_WRITE, {"context_proxy.store.kind": "plan"}):
+            await self.plan_reads.persist(self.store, plan)
 
     def _seen_before(self, messages: list[Any], new_bytes_limit: int) -> bool:
         """The next turn of a conversation counted before: only its last messages are new (and

@@ -30,6 +30,7 @@ import aiohttp
 import orjson
 
 from proxy.server.ledger import CALL_CONTEXT, now_ms, record_upstream_call
+from proxy.server.relay.call_span import end_call, start_call
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -167,7 +168,23 @@ class SummaryClient:
 
     async def create(self, body: Mapping[str, Any], auth: Mapping[str, str]) -> dict[str, Any]:
         """POST ``body`` (a Messages request) and return the answered message, retrying as the
-        SDK did. Raises :class:`SummaryFailed`."""
+        SDK did. Raises :class:`SummaryFailed`. Traced as one GenAI call span, retries
+        included (``proxy.server.relay.call_span``)."""
+        span = start_call(body, "summary", "summary")
+        try:
+            message = await self._create(body, auth)
+        except BaseException as exc:
+            span.fail(exc.reason if isinstance(exc, SummaryFailed) else type(exc).__name__)
+            span.end()
+            raise
+        end_call(
+            span, 200, message.get("usage") if isinstance(message.get("usage"), dict) else None,
+            message_id=message.get("id"), model=message.get("model"),
+            stop_reason=message.get("stop_reason"),
+        )
+        return message
+
+    async def _create(self, body: Mapping[str, Any], auth: Mapping[str, str]) -> dict[str, Any]:
         payload = orjson.dumps(body)
         model = body.get("model")
         model = model if isinstance(model, str) else ""

@@ -44,6 +44,7 @@ from proxy.core.event_keys import answer_key, message_key
 from proxy.core.pointers import is_valid_agent_id, is_valid_session_id
 from proxy.core.render import render_state, render_unavailable
 from proxy.errors import InvalidRequest
+from proxy.server.http import spans
 from proxy.sources.checks import SourceChecks
 from proxy.sources.object_store import ObjectStoreError
 from proxy.sources.policy import SourcePolicy
@@ -172,7 +173,8 @@ class DurableContext:
 
     async def injection(self, tenant: str, policy: SourcePolicy, session: str) -> Injection:
         try:
-            state = await self.store.current_state(tenant, session)
+            with spans.span(spans.STORE_READ, {"context_proxy.store.kind": "durable_state"}):
+                state = await self.store.current_state(tenant, session)
         except StoreError as exc:
             self.store.health.lost("durable context", exc, "the request gets the unavailable block")
             return Injection(render_unavailable(), {}, False)
@@ -184,9 +186,10 @@ class DurableContext:
         pointers = sorted(set(sources))
         check_id = f"chk_{uuid.uuid4().hex}"
         try:
-            resolutions = await self.checks.resolve_many(
-                tenant, policy, pointers, session=session, asked_by=f"request:{check_id}"
-            )
+            with spans.span("context_proxy.source.checks", {"context_proxy.source.pointers": len(pointers)}):
+                resolutions = await self.checks.resolve_many(
+                    tenant, policy, pointers, session=session, asked_by=f"request:{check_id}"
+                )
         except (StoreError, OSError) as exc:  # the store, or resources (EMFILE...): never a 500
             if isinstance(exc, StoreError):
                 self.store.health.lost("source checks", exc, "the request gets the unavailable block")
@@ -221,9 +224,10 @@ class DurableContext:
                     break
         if artifacts:
             try:
-                await self.checks.write_artifacts(
-                    tenant, policy, session, [(a.name, a.data) for a in artifacts]
-                )
+                with spans.span(spans.STORE_WRITE, {"context_proxy.store.kind": "artifacts", "context_proxy.store.items": len(artifacts)}):
+                    await self.checks.write_artifacts(
+                        tenant, policy, session, [(a.name, a.data) for a in artifacts]
+                    )
             except StoreError as exc:
                 self.store.health.lost("artifact manifests", exc, "cut tool results not stored")
             except (OSError, ValueError, ObjectStoreError) as exc:

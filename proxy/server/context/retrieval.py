@@ -54,7 +54,9 @@ from proxy.core.compaction.retrieval import (
 from proxy.core.conversation import Conversation
 from proxy.core.pointers import ArtifactPointer, BadPointer, TranscriptPointer, parse_pointer
 from proxy.errors import UpstreamTimeout, UpstreamUnavailable, new_request_id, sse_error_event
+from proxy.server.http import spans
 from proxy.server.relay.answer import client_response
+from proxy.server.relay.call_span import start_call
 from proxy.server.relay.forward import Forwarder, RelayOutcome, response_headers_for_client
 from proxy.server.relay.splice import PING, Splice, split_events
 from proxy.server.relay.sse import EventSplitter
@@ -99,7 +101,10 @@ async def read_source(
     ):
         return "denied", None
     session = conversation.session
-    fetched = await checks.fetch(tenant, policy, pointer_text, session=session, asked_by=asked_by)
+    kind = "transcript" if isinstance(parsed, TranscriptPointer) else "artifact"
+    with spans.span("context_proxy.source.fetch", {"context_proxy.source.kind": kind}) as span:
+        fetched = await checks.fetch(tenant, policy, pointer_text, session=session, asked_by=asked_by)
+        span.set("context_proxy.source.status", fetched.resolution.status)
     data = fetched.data
     if data is None:
         return fetched.resolution.status, None
@@ -143,6 +148,7 @@ class Continuation:
     sent: float  # time.perf_counter()
     ended: float | None = None
     status: int = 0
+    span: spans.Span = spans.NO_SPAN  # its GenAI call span (ended by call_span.answered)
 
     @property
     def latency_ms(self) -> float:
@@ -208,6 +214,8 @@ class RetrievalLoop:
         # The hidden rounds' upstream calls and every round's own usage (round 0: the client's
         # call), for the usage ledger: one row per upstream call.
         self.continuations: list[Continuation] = []
+        self._sent: dict[str, Any] = view  # the body of the latest call
+        self.round_starts: list[float] = []  # when each hidden round began (perf_counter)
         self._usages: Callable[[], list[dict[str, Any]]] = list
 
     @property
@@ -269,6 +277,7 @@ class RetrievalLoop:
             {"role": "user", "content": results},
         ]
         body = {**self.view, "messages": [*self.view["messages"], *self.added]}
+        self._sent = body
         return orjson.dumps(body)
 
     async def _continue(self, data: bytes) -> aiohttp.ClientResponse:
@@ -277,7 +286,7 @@ class RetrievalLoop:
         now = time.perf_counter()
         if self.continuations:
             self.continuations[-1].ended = now
-        call = Continuation(time.time(), now)
+        call = Continuation(time.time(), now, span=start_call(self._sent, self.route, "retrieval"))
         self.continuations.append(call)
         try:
             upstream = await self.forwarder.open(
@@ -299,6 +308,17 @@ class RetrievalLoop:
             kind, message = _error_of(body)
             raise _Failed(upstream.status, body, kind, message)
         return upstream
+
+    async def _next_round(
+        self, assistant: list[Any], calls: list[dict[str, Any]]
+    ) -> aiohttp.ClientResponse:
+        """One hidden round: our calls answered from verified sources, the provider called
+        again with the view extended by them."""
+        self.round_starts.append(time.perf_counter())
+        attributes = {"context_proxy.retrieval.round": self.rounds + 1, "context_proxy.retrieval.calls": len(calls)}
+        with spans.span("context_proxy.retrieval.round", attributes):
+            results = await self._answer(calls)
+            return await self._continue(self._extend(assistant, results))
 
     def round_usages(self) -> list[dict[str, Any]]:
         """After :meth:`run`: each round's own usage as the provider reported it (message_start's
@@ -401,9 +421,8 @@ class RetrievalLoop:
                 break
             hid_ours = True
             visible += [b for b in content if b.get("type") != "tool_use"]
-            results = await self._answer(ours)
             assistant = [b for b in content if b.get("type") != "tool_use" or is_ours(b)]
-            upstream = await self._continue(self._extend(assistant, results))
+            upstream = await self._next_round(assistant, ours)
             async with upstream:
                 try:
                     raw = await upstream.read()
@@ -495,9 +514,8 @@ class RetrievalLoop:
                     assistant = splice.assistant_content(drop_client_calls=True)
                     try:
                         async with self._pinging(write):
-                            results = await self._answer(calls)
                             current = await stack.enter_async_context(
-                                await self._continue(self._extend(assistant, results))
+                                await self._next_round(assistant, calls)
                             )  # closed with the stack even if cancelled right here
                     except _Failed as failed:
                         await write(sse_error_event(failed.error_type, failed.message, request_id))

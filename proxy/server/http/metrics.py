@@ -40,6 +40,7 @@ class Metrics:
     usage_tokens: Counter
     ledger_rows: Counter
     quota_refusals: Counter
+    trace_spans: Counter
     # (metric, label values) -> its labelled child (see ``child``)
     _children: dict[tuple[int, tuple[str, ...]], Any] = field(
         default_factory=dict, repr=False, compare=False
@@ -153,6 +154,13 @@ def new_metrics() -> Metrics:
             "Requests refused with 429 by a budget or rate limit of the tenant's policy, by tenant"
             " and limit (requests, input_tokens, output_tokens, spend; several when several refused).",
             ["tenant", "limit"],
+            registry=registry,
+        ),
+        trace_spans=Counter(
+            "context_proxy_trace_spans",
+            "Trace spans by outcome (tracing on): exported, dropped_queue_full (the export queue"
+            " was full), dropped_export_failed (the collector failed or timed out).",
+            ["outcome"],
             registry=registry,
         ),
     )

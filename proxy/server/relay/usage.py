@@ -54,7 +54,7 @@ class UsageTap:
 
     __slots__ = (
         "_body", "_context_management", "_done", "_input_tokens", "_limit", "_sse",
-        "_transformations", "usage",
+        "_transformations", "message_id", "model", "stop_reason", "usage",
     )  # fmt: skip
 
     def __init__(self, *, sse: bool, limit: int = 4 * 1024 * 1024) -> None:
@@ -66,6 +66,16 @@ class UsageTap:
         self._context_management: Any = None
         self._transformations: Any = None
         self.usage: dict[str, Any] | None = None
+        # the answer's id, model and stop reason (for its trace span), once seen
+        self.message_id: str | None = None
+        self.model: str | None = None
+        self.stop_reason: str | None = None
+
+    def _identify(self, message: Any) -> None:
+        if isinstance(message, dict):
+            self.message_id = _text(message.get("id"))
+            self.model = _text(message.get("model"))
+            self.stop_reason = _text(message.get("stop_reason")) or self.stop_reason
 
     @property
     def input_tokens(self) -> int | None:
@@ -109,6 +119,7 @@ class UsageTap:
                 if isinstance(usage, dict):
                     self.usage = merge_usage(self.usage, usage)
                 self._note(message)
+                self._identify(message)
         delta = data.find(_MESSAGE_DELTA)
         while delta >= 0:
             if delta == 0 or data[delta - 1] == 0x0A:  # a line of its own, not text in a data line
@@ -117,6 +128,9 @@ class UsageTap:
                 if isinstance(usage, dict):
                     self.usage = merge_usage(self.usage, usage)
                 self._note(event)
+                delta_body = event.get("delta") if isinstance(event, dict) else None
+                if isinstance(delta_body, dict):
+                    self.stop_reason = _text(delta_body.get("stop_reason")) or self.stop_reason
             delta = data.find(_MESSAGE_DELTA, delta + len(_MESSAGE_DELTA))
 
     def close(self) -> None:
@@ -137,8 +151,13 @@ class UsageTap:
             if isinstance(body.get("usage"), dict):
                 self.usage = body["usage"]
             self._note(body)
+            self._identify(body)
         elif isinstance(body.get("input_tokens"), int) and "type" not in body:
             self._input_tokens = body["input_tokens"]
+
+
+def _text(value: Any) -> str | None:
+    return value[:200] if isinstance(value, str) and value else None
 
 
 def _event_data(data: bytes, at: int) -> Any:
