@@ -57,6 +57,7 @@ from proxy.errors import UpstreamTimeout, UpstreamUnavailable, new_request_id, s
 from proxy.server.relay.forward import Forwarder, RelayOutcome, response_headers_for_client
 from proxy.server.relay.splice import PING, Splice, split_events
 from proxy.server.relay.sse import EventSplitter
+from proxy.server.upstream.response import UpstreamResponse
 from proxy.sources.checks import SourceChecks
 from proxy.sources.policy import SourcePolicy
 
@@ -270,7 +271,7 @@ class RetrievalLoop:
         body = {**self.view, "messages": [*self.view["messages"], *self.added]}
         return orjson.dumps(body)
 
-    async def _continue(self, data: bytes) -> aiohttp.ClientResponse:
+    async def _continue(self, data: bytes) -> UpstreamResponse:
         headers = CIMultiDict(self.headers)
         headers.popall("Content-Encoding", None)
         now = time.perf_counter()
@@ -311,7 +312,7 @@ class RetrievalLoop:
 
     async def run(
         self,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         extra_headers: Mapping[str, str],
         on_prepared: float,
         tap: Callable[[bytes], None],
@@ -341,7 +342,7 @@ class RetrievalLoop:
 
     async def _run_json(
         self,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         headers: CIMultiDict[str],
         on_prepared: float,
         tap: Callable[[bytes], None],
@@ -427,7 +428,7 @@ class RetrievalLoop:
 
     async def _run_sse(
         self,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         headers: CIMultiDict[str],
         on_prepared: float,
         tap: Callable[[bytes], None],
@@ -457,7 +458,7 @@ class RetrievalLoop:
 
     async def _splice_rounds(
         self,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         response: web.StreamResponse,
         outcome: RelayOutcome,
         splice: Splice,
@@ -510,7 +511,7 @@ class RetrievalLoop:
 
     async def _pump_round(
         self,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         splice: Splice,
         write: Callable[[bytes], Any],
     ) -> bool:
@@ -547,7 +548,7 @@ class RetrievalLoop:
                 await task
 
 
-async def _chunks(upstream: aiohttp.ClientResponse) -> Any:
+async def _chunks(upstream: UpstreamResponse) -> Any:
     """The body's chunks as they arrive; one ``None`` when the read fails."""
     iterator = upstream.content.iter_any().__aiter__()
     while True:
