@@ -84,10 +84,11 @@ class StreamToSse:
     def feed(self, data: bytes) -> bytes:
         if self.done:
             return b""
+        corrupt: EventStreamError | None = None
         try:
             frames = self._decoder.feed(data)
         except EventStreamError as exc:
-            return self._fail("api_error", f"upstream sent a corrupt event-stream frame ({exc})")
+            frames, corrupt = list(exc.frames), exc
         out = bytearray()
         for frame in frames:
             if frame.message_type == "exception" or frame.message_type == "error":
@@ -106,6 +107,8 @@ class StreamToSse:
                 out += self._fail("api_error", "upstream sent a chunk without an event type")
                 break
             out += b"event: " + kind.encode() + b"\ndata: " + event + b"\n\n"
+        if corrupt is not None and not self.done:
+            out += self._fail("api_error", f"upstream sent a corrupt event-stream frame ({corrupt})")
         return bytes(out)
 
     def close(self) -> bytes:

@@ -45,7 +45,10 @@ HeaderValue = str | bytes | int | bool
 
 
 class EventStreamError(ValueError):
-    """The bytes are not a valid event stream (bad CRC, length or header)."""
+    """The bytes are not a valid event stream (bad CRC, length or header). ``frames``: the
+    whole frames the same ``feed`` decoded before the bad one (they are good)."""
+
+    frames: tuple[Frame, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +127,14 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[Frame]:
         self._buffer += data
         frames: list[Frame] = []
+        try:
+            self._decode(frames)
+        except EventStreamError as exc:
+            exc.frames = tuple(frames)
+            raise
+        return frames
+
+    def _decode(self, frames: list[Frame]) -> None:
         while len(self._buffer) >= _PRELUDE_LENGTH:
             total, headers_length = _PRELUDE.unpack_from(self._buffer)
             (prelude_crc,) = struct.unpack_from(">I", self._buffer, 8)
@@ -143,7 +154,6 @@ class FrameDecoder:
             headers_end = _PRELUDE_LENGTH + headers_length
             headers = _headers(frame[_PRELUDE_LENGTH:headers_end])
             frames.append(Frame(headers, frame[headers_end : total - _TRAILER_LENGTH]))
-        return frames
 
     def close(self) -> None:
         """The stream ended: raise if a frame was cut off."""
