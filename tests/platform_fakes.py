@@ -8,8 +8,8 @@ in :data:`BEDROCK_BETAS` -- anything else is Bedrock's 400 ``invalid beta flag``
 without the beta that enables it: "Extra inputs are not permitted"); and answers a stream in real
 event-stream frames (:mod:`proxy.formats.eventstream`), or a scripted broken one.
 
-``FakeVertex`` accepts only the bearer tokens its token endpoint (``/token``, Google's OAuth
-refresh grant) issued and has not expired, and answers rawPredict / streamRawPredict /
+``FakeVertex`` accepts only the bearer tokens its token endpoint (``/token``, Google's JWT-bearer
+grant, the assertion checked against the service-account key it made) issued and has not expired, and answers rawPredict / streamRawPredict /
 count-tokens in Anthropic form; Google's 401 body otherwise.
 
 The tables here are the fakes' own copy of what the platforms document (see tests/formats/
@@ -29,6 +29,9 @@ from aiohttp import web
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from google.auth import jwt
 
 from proxy.formats.eventstream import CONTENT_TYPE, chunk_frame, exception_frame
 from tests.upstream import message_json, message_stream_events
@@ -57,6 +60,8 @@ FIELD_BETAS = {
     "output_config.effort": "effort-2025-11-24",
     "speed": "fast-mode-2026-02-01",
 }
+# a service account's JWT names Google's token endpoint as its audience, whatever token_uri says
+GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
 VERTEX_BETAS = frozenset(
     {"context-1m-2025-08-07", "context-management-2025-06-27", "interleaved-thinking-2025-05-14"}
 )
@@ -249,6 +254,7 @@ class FakeVertex:
     seen: list[Seen] = field(default_factory=list)
     token_grants: int = 0
     token_lifetime: int = 3600
+    _public_pem: bytes = b""
     url: str = ""
     _runner: web.AppRunner | None = None
     _serial: Any = field(default_factory=lambda: itertools.count(1))
@@ -268,10 +274,37 @@ class FakeVertex:
         if self._runner is not None:
             await self._runner.cleanup()
 
+    def service_account(self) -> dict[str, str]:
+        """A service-account key file's fields: a fresh RSA key, this fake as its token endpoint."""
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        self._public_pem = key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        private = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        return {
+            "type": "service_account",
+            "project_id": self.project,
+            "private_key_id": "test-key-1",
+            "private_key": private.decode(),
+            "client_email": "proxy@test-project.iam.gserviceaccount.com",
+            "client_id": "1234567890",
+            "token_uri": f"{self.url}/token",
+        }
+
     async def _token(self, request: web.Request) -> web.Response:
+        """Google's JWT-bearer grant: the assertion must be signed by the service account's key."""
         form = await request.post()
-        if form.get("grant_type") != "refresh_token" or form.get("refresh_token") != "test-refresh":
-            return web.json_response({"error": "invalid_grant"}, status=400)
+        assertion = form.get("assertion")
+        if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" or not isinstance(assertion, str):
+            return web.json_response({"error": "unsupported_grant_type"}, status=400)
+        try:
+            claims = jwt.decode(assertion, certs=self._public_pem, audience=GOOGLE_TOKEN_AUDIENCE)
+        except ValueError:
+            return web.json_response({"error": "invalid_grant", "error_description": "Invalid JWT Signature."}, status=400)
+        if "cloud-platform" not in claims.get("scope", ""):
+            return web.json_response({"error": "invalid_scope"}, status=400)
         self.token_grants += 1
         token = f"ya29.test-{next(self._serial)}"
         self.tokens[token] = True

@@ -103,14 +103,12 @@ class GoogleToken:
 
         try:
             if self._file:
-                credentials, _project = google.auth.load_credentials_from_file(  # type: ignore[no-untyped-call]
-                    self._file, scopes=list(GOOGLE_SCOPES)
-                )
-            else:
-                credentials, _project = google.auth.default(scopes=list(GOOGLE_SCOPES))
-        except GoogleAuthError as exc:
+                return _from_file(self._file)
+            credentials, _project = google.auth.default(scopes=list(GOOGLE_SCOPES))
+        except (GoogleAuthError, ValueError, KeyError, OSError) as exc:
             raise UpstreamUnavailable(
-                f"the proxy has no usable Google credentials for the vertex upstream ({type(exc).__name__})"
+                "the proxy has no usable Google credentials for the vertex upstream"
+                f" ({type(exc).__name__})"
             ) from None
         return credentials
 
@@ -161,3 +159,25 @@ class GoogleToken:
                 self._credentials = await asyncio.to_thread(self._load)
             await asyncio.to_thread(self._refresh, self._credentials)
             return str(self._credentials.token)
+
+
+def _from_file(path: str) -> Any:
+    """A service-account key or an ``authorized_user`` file, by its declared type (the two a
+    config names; other kinds go through application-default credentials)."""
+    import json
+
+    from google.oauth2 import credentials as user
+    from google.oauth2 import service_account
+
+    with open(path, encoding="utf-8") as handle:
+        info = json.load(handle)
+    kind = info.get("type") if isinstance(info, dict) else None
+    if kind == "service_account":
+        return service_account.Credentials.from_service_account_info(  # type: ignore[no-untyped-call]
+            info, scopes=list(GOOGLE_SCOPES)
+        )
+    if kind == "authorized_user":
+        return user.Credentials.from_authorized_user_info(  # type: ignore[no-untyped-call]
+            info, scopes=list(GOOGLE_SCOPES)
+        )
+    raise ValueError("credentials_file: expected a service_account or authorized_user file")
