@@ -108,8 +108,8 @@ class FakeBedrock:
     region: str = "us-east-1"
     seen: list[Seen] = field(default_factory=list)
     script: list[Any] = field(default_factory=list)  # Broken or a message dict, in order
-    # after the script: the answer to a request body (default: a short text message)
-    responder: Callable[[dict[str, Any]], Any] | None = None
+    # after the script: the answer to (path, body) (default: a short text message)
+    responder: Callable[[str, dict[str, Any]], Any] | None = None
     url: str = ""
     _runner: web.AppRunner | None = None
 
@@ -193,7 +193,7 @@ class FakeBedrock:
         if self.script:
             entry = self.script.pop(0)
         elif self.responder is not None:
-            entry = self.responder(body)
+            entry = self.responder(request.raw_path, body)
         else:
             entry = message_json("Hello from fake Bedrock.")
         headers = {"x-amzn-RequestId": "bedrock-req-1"}

@@ -37,7 +37,7 @@ from tests.upstream import message_json
 
 
 def _model(file_path: str) -> Any:
-    def answer(body: dict[str, Any]) -> dict[str, Any]:
+    def answer(_path: str, body: dict[str, Any]) -> dict[str, Any]:
         if _is_main_loop(body) and _has_tool_result(body, TOOL_ID):
             return message_json(FINAL_TEXT)
         if _is_main_loop(body):

@@ -357,3 +357,29 @@ def test_an_anthropic_tenant_and_a_bedrock_tenant_each_reach_their_own_upstream(
         sdk.messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": name}])
     assert [s.body["messages"][0]["content"] for s in bedrock.seen] == ["cloud"]
     assert [r.json()["messages"][0]["content"] for r in upstream.requests] == ["direct"]
+
+
+def test_the_summary_call_goes_to_the_tenants_bedrock_upstream(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory, transcript: dict[str, Any]
+) -> None:
+    summary_model = "claude-summary-test"
+    proxy = make_proxy(
+        upstream={"format": "bedrock", "region": "us-east-1", "endpoint_url": bedrock.url},
+        compaction={"threshold": 20_000, "hard_limit": 60_000, "summary": {"model": summary_model}},
+    )
+    bedrock.responder = lambda path, body: message_json(
+        "SUMMARY: goal was X" if summary_model in path else "ok"
+    )
+    k = next(
+        k for k in range(90, len(transcript["messages"]) + 1)
+        if transcript["messages"][k - 1]["role"] == "user"
+    )
+    response = client(proxy).messages.with_raw_response.create(
+        model=MODEL, max_tokens=100, messages=transcript["messages"][:k], tools=transcript["tools"]
+    )
+    assert response.headers["x-compaction-summary"] == "ok"
+    paths = [s.path for s in bedrock.seen]
+    assert paths[0] == "/model/anthropic.claude-summary-test-v1%3A0/invoke"  # signed, to Bedrock
+    assert paths[-1] == "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
+    forwarded = json.dumps(bedrock.seen[-1].body)
+    assert "SUMMARY: goal was X" in forwarded
