@@ -18,6 +18,7 @@ Pure: values in, bytes out.
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
@@ -29,6 +30,7 @@ from proxy.formats.eventstream import EventStreamError, FrameDecoder, chunk_even
 from proxy.formats.upstream_errors import bedrock_error_type
 
 ANTHROPIC_VERSION = "bedrock-2023-05-31"
+_TYPE = re.compile(rb'^\{\s*"type"\s*:\s*"([a-z_]{1,64})"')
 # Fields of a Messages body that Bedrock takes from elsewhere (the path, the operation).
 _NOT_IN_BODY = frozenset({"model", "stream"})
 
@@ -99,7 +101,8 @@ class StreamToSse:
                 continue  # initial-response and other framing events carry no message event
             try:
                 event = chunk_event(frame)
-                kind = orjson.loads(event).get("type")
+                named = _TYPE.match(event)  # the provider writes "type" first: no second parse
+                kind = named.group(1).decode() if named else orjson.loads(event).get("type")
             except (EventStreamError, orjson.JSONDecodeError, AttributeError) as exc:
                 out += self._fail("api_error", f"upstream sent an unreadable chunk ({exc})")
                 break
