@@ -383,3 +383,37 @@ def test_the_summary_call_goes_to_the_tenants_bedrock_upstream(
     assert paths[-1] == "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
     forwarded = json.dumps(bedrock.seen[-1].body)
     assert "SUMMARY: goal was X" in forwarded
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_retrieval_round_runs_against_bedrock_as_one_answer(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory, stream: bool
+) -> None:
+    from tests.test_retrieval import BIG, CUT, MESSAGES, SESSION, TOOLS, _call, _round, _text
+
+    proxy = make_proxy(
+        upstream={"format": "bedrock", "region": "us-east-1", "endpoint_url": bedrock.url},
+        compaction=CUT,
+    )
+    bedrock.script += [
+        _round([_text("Let me read the whole log."), _call()], "tool_use", 100, 20),
+        _round([_text("The failure is on line 399.")], "end_turn", 7000, 15),
+    ]
+    sdk = anthropic.Anthropic(
+        base_url=proxy.url, api_key=CLIENT_KEY, max_retries=0, default_headers={"x-session-id": SESSION}
+    )
+    params: dict[str, Any] = {"model": MODEL, "max_tokens": 100, "messages": MESSAGES, "tools": TOOLS}
+    if stream:
+        with sdk.messages.stream(**params) as s:
+            final = s.get_final_message()
+    else:
+        final = sdk.messages.create(**params)
+    assert [b.text for b in final.content] == [  # type: ignore[union-attr]
+        "Let me read the whole log.", "The failure is on line 399."
+    ]
+    assert final.usage.input_tokens == 7100
+    first, second = bedrock.seen
+    assert second.body["messages"][:-2] == first.body["messages"]
+    result = second.body["messages"][-1]["content"][0]
+    assert result["type"] == "tool_result" and result["content"] == [{"type": "text", "text": BIG}]
+    assert all(s.path.endswith("/invoke-with-response-stream" if stream else "/invoke") for s in bedrock.seen)
