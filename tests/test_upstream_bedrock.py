@@ -417,3 +417,21 @@ def test_a_retrieval_round_runs_against_bedrock_as_one_answer(
     result = second.body["messages"][-1]["content"][0]
     assert result["type"] == "tool_result" and result["content"] == [{"type": "text", "text": BIG}]
     assert all(s.path.endswith("/invoke-with-response-stream" if stream else "/invoke") for s in bedrock.seen)
+
+
+def test_a_gzipped_request_body_reaches_bedrock_as_json(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    import gzip
+
+    proxy = bedrock_proxy(make_proxy, bedrock)
+    body = {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "zipped"}]}
+    request = urllib.request.Request(
+        f"{proxy.url}/v1/messages", data=gzip.compress(json.dumps(body).encode()), method="POST",
+        headers={"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01",
+                 "content-type": "application/json", "content-encoding": "gzip"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+    assert bedrock.seen[0].body["messages"] == [{"role": "user", "content": "zipped"}]
+    assert "Content-Encoding" not in bedrock.seen[0].headers
