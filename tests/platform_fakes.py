@@ -110,6 +110,7 @@ class FakeBedrock:
     script: list[Any] = field(default_factory=list)  # Broken or a message dict, in order
     # after the script: the answer to (path, body) (default: a short text message)
     responder: Callable[[str, dict[str, Any]], Any] | None = None
+    count_tokens_reply: bytes | None = None  # instead of {"inputTokens": n}
     url: str = ""
     _runner: web.AppRunner | None = None
 
@@ -186,6 +187,8 @@ class FakeBedrock:
             problem = self._body_problem(invoke)
             if problem is not None:
                 return problem
+            if self.count_tokens_reply is not None:
+                return web.Response(body=self.count_tokens_reply, content_type="application/json")
             return web.json_response({"inputTokens": 42 + len(invoke["messages"])})
         problem = self._body_problem(body)
         if problem is not None:

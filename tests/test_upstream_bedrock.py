@@ -435,3 +435,35 @@ def test_a_gzipped_request_body_reaches_bedrock_as_json(
         assert response.status == 200
     assert bedrock.seen[0].body["messages"] == [{"role": "user", "content": "zipped"}]
     assert "Content-Encoding" not in bedrock.seen[0].headers
+
+
+def test_an_unreadable_count_tokens_answer_is_a_502(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    proxy = bedrock_proxy(make_proxy, bedrock)
+    bedrock.count_tokens_reply = b'{"tokens": "many"}'
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        client(proxy).messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "Hi"}])
+    assert caught.value.status_code == 502
+    assert caught.value.body["error"] == {  # type: ignore[index]
+        "type": "api_error", "message": "the upstream's count-tokens answer was unreadable"
+    }
+
+
+def test_a_request_without_a_model_or_for_an_unknown_model_entry(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    proxy = bedrock_proxy(make_proxy, bedrock)
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client(proxy).messages.create(
+            max_tokens=10, messages=[{"role": "user", "content": "Hi"}], model=""
+        )
+    assert caught.value.body["error"] == {  # type: ignore[index]
+        "type": "invalid_request_error", "message": "model: Field required"
+    }
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client(proxy).models.retrieve("claude-none-1")
+    assert missing.value.body["error"]["message"] == (  # type: ignore[index]
+        "model: claude-none-1 is not in the proxy's model table"
+    )
+    assert bedrock.seen == []
