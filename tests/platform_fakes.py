@@ -46,6 +46,7 @@ BEDROCK_BETAS = frozenset(
         "interleaved-thinking-2025-05-14",
         "context-1m-2025-08-07",
         "context-management-2025-06-27",
+        "compact-2026-01-12",  # AWS "Compaction" (claude-messages-compaction)
         "effort-2025-11-24",
         "fine-grained-tool-streaming-2025-05-14",
         "thinking-binding-controls-2026-08-01",

@@ -467,3 +467,21 @@ def test_a_request_without_a_model_or_for_an_unknown_model_entry(
         "model: claude-none-1 is not in the proxy's model table"
     )
     assert bedrock.seen == []
+
+
+def test_the_threshold_compaction_beta_is_carried_to_bedrock_with_its_edit(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    """LiteLLM dropped it (BerriAI/litellm#27532): Bedrock documents compaction, so it goes."""
+    proxy = bedrock_proxy(make_proxy, bedrock)
+    edits = {"edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 150000}}]}
+    response = client(proxy).messages.with_raw_response.create(
+        model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "Hi"}],
+        extra_headers={"anthropic-beta": "context-management-2025-06-27,compact-2026-01-12"},
+        extra_body={"context_management": edits},
+    )
+    assert response.status_code == 200
+    body = bedrock.seen[0].body
+    assert body["anthropic_beta"] == ["context-management-2025-06-27", "compact-2026-01-12"]
+    assert body["context_management"] == edits
+    assert "x-upstream-betas-dropped" not in response.headers
