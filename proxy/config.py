@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from proxy.core.limits import limit_problem
+from proxy.formats.bridging import path_problem
 from proxy.tracing_env import parse_pairs, sdk_disabled, tracing_values
 
 ENV_CONFIG = "CONTEXT_PROXY_CONFIG"
@@ -149,8 +150,69 @@ class ListenConfig:
     port: int = field(default=8080, metadata=_check(_port))
 
 
+UPSTREAM_FORMATS = ("anthropic", "bedrock", "vertex")
+
+
 @dataclass(frozen=True, slots=True)
-class UpstreamConfig:
+class BetaFieldsConfig:
+    """The body fields one beta enables (``proxy.formats.bridging``): dropped with it."""
+
+    beta: str = field(default="", metadata=_check(lambda v: None if v.strip() else "a beta name"))
+    fields: tuple[str, ...] = field(
+        default=(),
+        metadata=_check(lambda v: next((p for p in map(path_problem, v) if p), None)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTarget:
+    """Which platform a tenant's requests go to (``upstream:`` in the config and in a policy)."""
+
+    # anthropic (the Messages API at upstream.base_url), bedrock (Bedrock Runtime), vertex
+    format: str = field(
+        default="anthropic",
+        metadata=_check(lambda v: None if v in UPSTREAM_FORMATS else "one of " + ", ".join(UPSTREAM_FORMATS)),
+    )
+    # another endpoint for the platform ("" = its public one: bedrock-runtime.<region>.amazonaws.com,
+    # <location>-aiplatform.googleapis.com; upstream.base_url for anthropic)
+    endpoint_url: str = field(default="", metadata=_check(lambda v: None if v == "" else _http_url(v)))
+    # bedrock: the AWS region, the inference-profile geography ("us", "eu", "global"; "" = the
+    # model id itself), and a named profile of the AWS shared files ("" = the default chain)
+    region: str = ""
+    profile_geo: str = ""
+    aws_profile: str = ""
+    # vertex: the Google Cloud project and location, and a credentials JSON file ("" =
+    # application-default credentials)
+    project: str = ""
+    location: str = ""
+    credentials_file: str = ""
+    # the betas the platform accepts ([] = the built-in list of proxy.formats.bridging), and the
+    # body fields a beta enables (before the built-in pairs)
+    accepted_betas: tuple[str, ...] = ()
+    beta_fields: tuple[BetaFieldsConfig, ...] = ()
+
+    def problems(self, prefix: str) -> list[str]:
+        """What the chosen format still needs."""
+        out: list[str] = []
+        if self.format == "bedrock" and not self.region:
+            out.append(f"key '{prefix}.region': expected an AWS region with format bedrock, missing")
+        if self.format == "vertex":
+            for key in ("project", "location"):
+                if not getattr(self, key):
+                    out.append(f"key '{prefix}.{key}': expected a value with format vertex, missing")
+        for i, entry in enumerate(self.beta_fields):
+            if not entry.beta.strip():
+                out.append(f"key '{prefix}.beta_fields[{i}].beta': expected a beta name, missing")
+        return out
+
+
+def target_of(upstream: UpstreamTarget) -> UpstreamTarget:
+    """The platform part of ``upstream`` (an :class:`UpstreamConfig` is one, with more keys)."""
+    return UpstreamTarget(**{f.name: getattr(upstream, f.name) for f in dataclasses.fields(UpstreamTarget)})
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig(UpstreamTarget):
     base_url: str = field(default="https://api.anthropic.com", metadata=_check(_http_url))
     connect_timeout: float = field(default=10.0, metadata=_check(_positive))
     # Longest silence between two reads of the upstream response (SSE pings arrive every ~15 s).
@@ -283,6 +345,16 @@ class ModelConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelIdConfig:
+    """One model's spellings (``proxy.core.model_ids``), before the built-in table."""
+
+    anthropic: str = field(default="", metadata=_check(lambda v: None if v.strip() else "a model id"))
+    bedrock: str = ""  # "" = anthropic.<id>-v1:0
+    vertex: str = ""  # "" = <name>@<date> for a dated id, the id otherwise
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class LoggingConfig:
     level: str = "INFO"
     # text, or json: one JSON object per line (proxy/log_format.py)
@@ -406,6 +478,7 @@ class Config:
     compaction: CompactionConfig = CompactionConfig()
     logging: LoggingConfig = LoggingConfig()
     models: tuple[ModelConfig, ...] = ()
+    model_ids: tuple[ModelIdConfig, ...] = ()
     retention: RetentionConfig = RetentionConfig()
     ledger: LedgerConfig = LedgerConfig()
     prices: tuple[PriceConfig, ...] = ()
@@ -558,6 +631,10 @@ def _cross_checks(config: Config, errors: list[str]) -> None:
     for i, model in enumerate(config.models):
         if not model.match.strip():  # an entry that left ``match`` out
             errors.append(f"key 'models[{i}].match': expected a non-empty glob on the model name")
+    errors.extend(config.upstream.problems("upstream"))
+    for i, entry in enumerate(config.model_ids):
+        if not entry.anthropic.strip():
+            errors.append(f"key 'model_ids[{i}].anthropic': expected a model id, missing")
     for i, price in enumerate(config.prices):
         if not price.model:
             errors.append(f"key 'prices[{i}].model': expected a model id or glob")

@@ -1,6 +1,8 @@
 """Every error the proxy itself produces, and how it goes on the wire.
 
-Errors from the upstream provider are never wrapped: they pass through untouched. The errors
+Errors from the upstream provider are never wrapped: they pass through untouched (a Bedrock or
+Vertex upstream's are put in the Anthropic envelope, their wording kept:
+``proxy.formats.upstream_errors``). The errors
 below are the proxy's own, each with its HTTP status and Anthropic ``error.type``::
 
     ProxyError                      base; never raised itself
@@ -19,7 +21,9 @@ below are the proxy's own, each with its HTTP status and Anthropic ``error.type`
     │                                                      budget or rate limit, before anything
     │                                                      is sent upstream (``retry-after``)
     ├── UpstreamUnavailable     502 api_error               upstream refused / unreachable / reset
-    │                                                      before response headers
+    │                                                      before response headers; no usable AWS /
+    │                                                      Google credentials for a Bedrock / Vertex
+    │                                                      upstream
     ├── UpstreamTimeout         504 timeout_error           upstream connect or read timeout
     └── Overloaded              529 overloaded_error        proxy draining or at its concurrency
                                                            limit (sent with ``retry-after``)

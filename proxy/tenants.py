@@ -39,11 +39,13 @@ from proxy.config import (
     Config,
     ConfigError,
     RetentionConfig,
+    UpstreamTarget,
     bounded_lines,
     build_section,
     check_compaction,
     read_yaml,
     shown,
+    target_of,
 )
 from proxy.core.pointers import KINDS, is_valid_component
 from proxy.core.quota import Quota
@@ -104,6 +106,9 @@ class ProviderAuth:
         return f"ProviderAuth(mode={self.mode!r}, api_key_env={self.api_key_env!r}, api_key={shown})"
 
 
+_ANTHROPIC = UpstreamTarget()
+
+
 @dataclass(frozen=True, slots=True)
 class Tenant:
     name: str
@@ -119,6 +124,8 @@ class Tenant:
     retention: RetentionConfig | None = None
     # Budgets and rate limits (the policy's ``quota``; None: none).
     quota: Quota | None = None
+    # Where its requests go: the config's ``upstream`` platform, or the policy's own.
+    upstream: UpstreamTarget = _ANTHROPIC
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +293,7 @@ class _PolicyFile:
     admin_tokens_sha256: tuple[str, ...] = ()
     retention: RetentionConfig = _CONFIG_DEFAULT_RETENTION  # replaced by the config's section
     quota: QuotaFile = _NO_QUOTA
+    upstream: UpstreamTarget = _ANTHROPIC  # replaced by the config's platform
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -365,6 +373,7 @@ def _builtin_default(config: Config, state_dir: str) -> Tenant:
         ),
         compaction=config.compaction,
         admin_token_hashes=(),
+        upstream=target_of(config.upstream),
     )
 
 
@@ -402,8 +411,13 @@ def _tenant(
         data,
         "",
         errors,
-        _PolicyFile(compaction=config.compaction, retention=config.retention),
+        _PolicyFile(
+            compaction=config.compaction,
+            retention=config.retention,
+            upstream=_upstream_base(data, config),
+        ),
     )
+    errors.extend(raw.upstream.problems("upstream"))
     _require(data, errors)
     _process_wide_retention(data, errors)
     api_keys = _hashes(raw.api_keys_sha256, "api_keys_sha256", errors)
@@ -461,7 +475,17 @@ def _tenant(
         policy_file=path,
         retention=raw.retention,
         quota=quota,
+        upstream=raw.upstream,
     )
+
+
+def _upstream_base(data: Any, config: Config) -> UpstreamTarget:
+    """What a policy's ``upstream`` keys override: the config's platform, or, when the policy
+    names another ``format``, nothing (a Vertex tenant inherits no Bedrock region)."""
+    base = target_of(config.upstream)
+    section = data.get("upstream") if isinstance(data, Mapping) else None
+    chosen = section.get("format") if isinstance(section, Mapping) else None
+    return base if chosen in (None, base.format) else UpstreamTarget()
 
 
 _PROCESS_WIDE_RETENTION = ("interval_seconds", "batch_size", "lease_seconds")

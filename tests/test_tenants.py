@@ -259,7 +259,7 @@ INVALID: list[tuple[str, str]] = [
     ),
     (
         acme(extra="admin_tokens: []\n"),
-        "key 'admin_tokens': unknown key (expected one of: admin_tokens_sha256, api_keys_sha256, compaction, name, provider, quota, retention, sources)",
+        "key 'admin_tokens': unknown key (expected one of: admin_tokens_sha256, api_keys_sha256, compaction, name, provider, quota, retention, sources, upstream)",
     ),
     ("- name: acme\n", "key '<top level>': expected a mapping"),
     ("name: [acme\n", "line 2, column 1: not valid YAML"),

@@ -23,12 +23,14 @@ import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import orjson
 
 CONTENT_TYPE = "application/vnd.amazon.eventstream"
 
 _PRELUDE = struct.Struct(">II")
+_PRELUDE_CRC = struct.Struct(">III")
 _PRELUDE_LENGTH = 12  # two lengths and their CRC
 _TRAILER_LENGTH = 4
 _MIN_FRAME = _PRELUDE_LENGTH + _TRAILER_LENGTH
@@ -45,7 +47,10 @@ HeaderValue = str | bytes | int | bool
 
 
 class EventStreamError(ValueError):
-    """The bytes are not a valid event stream (bad CRC, length or header)."""
+    """The bytes are not a valid event stream (bad CRC, length or header). ``frames``: the
+    whole frames the same ``feed`` decoded before the bad one (they are good)."""
+
+    frames: tuple[Frame, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,31 +129,63 @@ class FrameDecoder:
     def feed(self, data: bytes) -> list[Frame]:
         self._buffer += data
         frames: list[Frame] = []
-        while len(self._buffer) >= _PRELUDE_LENGTH:
-            total, headers_length = _PRELUDE.unpack_from(self._buffer)
-            (prelude_crc,) = struct.unpack_from(">I", self._buffer, 8)
-            if zlib.crc32(self._buffer[:8]) != prelude_crc:
-                raise EventStreamError("prelude CRC mismatch")
-            if headers_length > MAX_HEADERS:
-                raise EventStreamError(f"headers length {headers_length} over {MAX_HEADERS}")
-            if total < _MIN_FRAME + headers_length or total - _MIN_FRAME - headers_length > MAX_PAYLOAD:
-                raise EventStreamError(f"impossible frame length {total}")
-            if len(self._buffer) < total:
-                break
-            frame = bytes(self._buffer[:total])
-            del self._buffer[:total]
-            (message_crc,) = struct.unpack_from(">I", frame, total - _TRAILER_LENGTH)
-            if zlib.crc32(frame[: total - _TRAILER_LENGTH]) != message_crc:
-                raise EventStreamError("message CRC mismatch")
-            headers_end = _PRELUDE_LENGTH + headers_length
-            headers = _headers(frame[_PRELUDE_LENGTH:headers_end])
-            frames.append(Frame(headers, frame[headers_end : total - _TRAILER_LENGTH]))
+        try:
+            self._decode(frames)
+        except EventStreamError as exc:
+            exc.frames = tuple(frames)
+            raise
         return frames
+
+    def _decode(self, frames: list[Frame]) -> None:
+        # One pass over the buffer with an offset, cut once at the end (deleting each frame from
+        # the front as it was decoded moved the rest every time: quadratic in a large read).
+        buffer = self._buffer
+        view = memoryview(buffer)
+        at = 0
+        try:
+            while len(buffer) - at >= _PRELUDE_LENGTH:
+                total, headers_length, prelude_crc = _PRELUDE_CRC.unpack_from(buffer, at)
+                if zlib.crc32(view[at : at + 8]) != prelude_crc:
+                    raise EventStreamError("prelude CRC mismatch")
+                if headers_length > MAX_HEADERS:
+                    raise EventStreamError(f"headers length {headers_length} over {MAX_HEADERS}")
+                if total < _MIN_FRAME + headers_length or total - _MIN_FRAME - headers_length > MAX_PAYLOAD:
+                    raise EventStreamError(f"impossible frame length {total}")
+                if len(buffer) - at < total:
+                    break
+                end = at + total - _TRAILER_LENGTH
+                (message_crc,) = struct.unpack_from(">I", buffer, end)
+                if zlib.crc32(view[at:end]) != message_crc:
+                    raise EventStreamError("message CRC mismatch")
+                headers_end = at + _PRELUDE_LENGTH + headers_length
+                headers = _cached_headers(bytes(view[at + _PRELUDE_LENGTH : headers_end]))
+                frames.append(Frame(headers, bytes(view[headers_end:end])))
+                at += total
+        finally:
+            view.release()
+            if at:
+                del buffer[:at]
 
     def close(self) -> None:
         """The stream ended: raise if a frame was cut off."""
         if self._buffer:
             raise EventStreamError(f"stream ended inside a frame ({len(self._buffer)} bytes)")
+
+
+_HEADER_CACHE: dict[bytes, Mapping[str, HeaderValue]] = {}
+_HEADER_CACHE_SIZE = 64
+
+
+def _cached_headers(raw: bytes) -> Mapping[str, HeaderValue]:
+    """The headers of ``raw``, parsed once: a stream's frames repeat the same few header blocks
+    (``:event-type: chunk``...). Read-only, shared between frames."""
+    found = _HEADER_CACHE.get(raw)
+    if found is None:
+        found = MappingProxyType(_headers(raw))
+        if len(_HEADER_CACHE) >= _HEADER_CACHE_SIZE:
+            _HEADER_CACHE.clear()
+        _HEADER_CACHE[raw] = found
+    return found
 
 
 def _headers(raw: bytes) -> dict[str, HeaderValue]:

@@ -35,6 +35,7 @@ from proxy.server.appkeys import (
     DURABLE,
     FORWARDER,
     METRICS,
+    PLATFORMS,
     REQUEST_TENANT,
     RESOLVER,
     SOURCE_CHECKS,
@@ -57,6 +58,7 @@ from proxy.server.messages import BODIES, handle_messages, route_of, upstream_he
 from proxy.server.quota import QUOTA, QUOTA_TICKET, QuotaKeeper
 from proxy.server.relay.answer import ERROR_FORMATS, ErrorRenderer
 from proxy.server.relay.forward import Forwarder
+from proxy.server.upstream.platforms import CURRENT, Platforms, UpstreamPlatform, model_ids_of
 from proxy.sources.resolver import SourceResolver
 from proxy.store import open_store
 from proxy.tenants import load_tenancy
@@ -146,7 +148,17 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         if tenant is None:
             raise AuthenticationFailed("invalid x-api-key")
         request[REQUEST_TENANT] = tenant
+        # where its requests (and the summaries made for them) go: None, the Anthropic API
+        CURRENT.set(_platform_of(request))
     return await handler(request)
+
+
+def _platform_of(request: web.Request) -> UpstreamPlatform | None:
+    """The request's tenant's Bedrock / Vertex upstream; ``None`` for the Anthropic API."""
+    tenant = request.get(REQUEST_TENANT)
+    if tenant is None or tenant.upstream.format == "anthropic":
+        return None
+    return request.app[PLATFORMS].get(tenant.upstream)
 
 
 # --- handlers --------------------------------------------------------------------------------
@@ -220,13 +232,18 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         timeout=aiohttp.ClientTimeout(total=None),
         trust_env=False,
     )
-    app[FORWARDER] = Forwarder(
+    forwarder = Forwarder(
         session,
         config.upstream.base_url,
         config.upstream.connect_timeout,
         config.upstream.read_timeout,
         app[METRICS],
         draining=lambda: app[STATE].draining,
+        platform_of=_platform_of,
+    )
+    app[FORWARDER] = forwarder
+    app[PLATFORMS] = Platforms(
+        session, forwarder.timeout, model_ids_of(config.model_ids), app[METRICS]
     )
     app[COMPACTION] = CompactionService(
         config.compaction, config.upstream.base_url, app[METRICS], model_windows(config.models)
@@ -251,6 +268,7 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         await app[QUOTA].close()
         await store.close()
         await app[COMPACTION].close()
+        await app[PLATFORMS].close()
         await session.close()
 
 
@@ -289,7 +307,8 @@ def build_app(config: Config) -> web.Application:
     app.router.add_get("/metrics", handle_metrics, name="metrics")
     app.router.add_post("/v1/messages", handle_messages, name="messages")
     app.router.add_post("/v1/messages/count_tokens", handle_messages, name="count_tokens")
-    add_format_routes(app)  # Bedrock and Vertex clients; before the passthrough
+    # Bedrock and Vertex clients (before the passthrough), by the platforms' own model table
+    add_format_routes(app, model_ids_of(config.model_ids))
     app.router.add_route("*", "/v1/{tail:.*}", handle_passthrough, name="passthrough")
     add_admin_routes(app)
     add_console_routes(app)

@@ -16,6 +16,7 @@ from proxy.server.compaction.thinking import ThinkingGuard
 from proxy.server.context.durable import DurableContext
 from proxy.server.http.metrics import Metrics
 from proxy.server.relay.forward import Forwarder
+from proxy.server.upstream.platforms import Platforms
 from proxy.sources.checks import SourceChecks
 from proxy.sources.resolver import SourceResolver
 from proxy.store.base import Store
@@ -44,6 +45,8 @@ CONFIG = web.AppKey("config", Config)
 METRICS = web.AppKey("metrics", Metrics)
 STATE = web.AppKey("state", ProxyState)
 FORWARDER = web.AppKey("forwarder", Forwarder)
+# The tenants' Bedrock / Vertex upstreams (proxy.server.upstream.platforms).
+PLATFORMS = web.AppKey("platforms", Platforms)
 COMPACTION = web.AppKey("compaction", CompactionService)
 THINKING = web.AppKey("thinking", ThinkingGuard)
 

@@ -29,8 +29,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from proxy.errors import ProxyError
 from proxy.server.ledger import CALL_CONTEXT, now_ms, record_upstream_call
 from proxy.server.relay.call_span import end_call, start_call
+from proxy.server.upstream.platforms import CURRENT, UpstreamPlatform
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -194,10 +196,14 @@ class SummaryClient:
             "content-type": "application/json",
             "accept": "application/json",
         }
+        platform = CURRENT.get()  # the tenant's Bedrock / Vertex upstream, if it has one
         for retries_taken in range(self.max_retries + 1):
             last = retries_taken >= self.max_retries
             try:
-                answer = await self._attempt(payload, headers, model)
+                if platform is not None:
+                    answer = await self._platform_attempt(platform, body, headers, model)
+                else:
+                    answer = await self._attempt(payload, headers, model)
             except SummaryFailed:
                 if last:
                     raise
@@ -234,6 +240,45 @@ class SummaryClient:
             raise SummaryFailed(type(exc).__name__) from exc
         except aiohttp.ClientError as exc:
             status = 502  # no answer: refused, reset, or cut before the body ended
+            raise SummaryFailed(type(exc).__name__) from exc
+        finally:
+            _record(at, started, model, status, answer)
+
+
+    async def _platform_attempt(
+        self,
+        platform: UpstreamPlatform,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        model: str,
+    ) -> _Answer:
+        """One exchange with the tenant's Bedrock / Vertex upstream (its own credentials; the
+        request's betas bridged as for the request itself), recorded like :meth:`_attempt`."""
+        at = now_ms()
+        started = time.perf_counter()
+        status = 0
+        answer: _Answer | None = None
+        betas = [headers["anthropic-beta"]] if "anthropic-beta" in headers else []
+        try:
+            async with asyncio.timeout(self.timeout.total):
+                response = await platform.call(body, betas)
+                status = response.status
+                async with response:
+                    data = bytearray()
+                    async for chunk in response.content.iter_any():
+                        data += chunk
+                        if len(data) > MAX_ANSWER_BYTES:
+                            raise SummaryFailed("answer too large")
+                answer = _Answer(status, response.headers, bytes(data))
+                return answer
+        except TimeoutError as exc:
+            status = 504
+            raise SummaryFailed(type(exc).__name__) from exc
+        except aiohttp.ClientError as exc:
+            status = 502
+            raise SummaryFailed(type(exc).__name__) from exc
+        except ProxyError as exc:  # no credentials, or a body the platform path refused
+            status = exc.status
             raise SummaryFailed(type(exc).__name__) from exc
         finally:
             _record(at, started, model, status, answer)

@@ -60,6 +60,7 @@ from proxy.server.relay.call_span import start_call
 from proxy.server.relay.forward import Forwarder, RelayOutcome, response_headers_for_client
 from proxy.server.relay.splice import PING, Splice, split_events
 from proxy.server.relay.sse import EventSplitter
+from proxy.server.upstream.response import UpstreamResponse
 from proxy.sources.checks import SourceChecks
 from proxy.sources.policy import SourcePolicy
 
@@ -280,7 +281,7 @@ class RetrievalLoop:
         self._sent = body
         return orjson.dumps(body)
 
-    async def _continue(self, data: bytes) -> aiohttp.ClientResponse:
+    async def _continue(self, data: bytes) -> UpstreamResponse:
         headers = CIMultiDict(self.headers)
         headers.popall("Content-Encoding", None)
         now = time.perf_counter()
@@ -311,7 +312,7 @@ class RetrievalLoop:
 
     async def _next_round(
         self, assistant: list[Any], calls: list[dict[str, Any]]
-    ) -> aiohttp.ClientResponse:
+    ) -> UpstreamResponse:
         """One hidden round: our calls answered from verified sources, the provider called
         again with the view extended by them."""
         self.round_starts.append(time.perf_counter())
@@ -332,7 +333,7 @@ class RetrievalLoop:
 
     async def run(
         self,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         extra_headers: Mapping[str, str],
         on_prepared: float,
         tap: Callable[[bytes], None],
@@ -362,7 +363,7 @@ class RetrievalLoop:
 
     async def _run_json(
         self,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         headers: CIMultiDict[str],
         on_prepared: float,
         tap: Callable[[bytes], None],
@@ -449,7 +450,7 @@ class RetrievalLoop:
 
     async def _run_sse(
         self,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         headers: CIMultiDict[str],
         on_prepared: float,
         tap: Callable[[bytes], None],
@@ -481,7 +482,7 @@ class RetrievalLoop:
 
     async def _splice_rounds(
         self,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         response: web.StreamResponse,
         outcome: RelayOutcome,
         splice: Splice,
@@ -533,7 +534,7 @@ class RetrievalLoop:
 
     async def _pump_round(
         self,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         splice: Splice,
         write: Callable[[bytes], Any],
     ) -> bool:
@@ -570,7 +571,7 @@ class RetrievalLoop:
                 await task
 
 
-async def _chunks(upstream: aiohttp.ClientResponse) -> Any:
+async def _chunks(upstream: UpstreamResponse) -> Any:
     """The body's chunks as they arrive; one ``None`` when the read fails."""
     iterator = upstream.content.iter_any().__aiter__()
     while True:

@@ -44,9 +44,10 @@ _BEDROCK = BedrockAnswer()
 _BEDROCK_COUNT = BedrockAnswer(counting=True)
 
 
-def add_format_routes(app: web.Application) -> None:
-    """Mount the routes (before the ``/v1/*`` passthrough: Vertex paths may start with it)."""
-    app[MODEL_IDS] = ModelIds()
+def add_format_routes(app: web.Application, ids: ModelIds) -> None:
+    """Mount the routes (before the ``/v1/*`` passthrough: Vertex paths may start with it);
+    ``ids``: the model table (the config's ``model_ids`` entries before the built-ins)."""
+    app[MODEL_IDS] = ids
     router = app.router
     router.add_post("/model/{model:.+}/invoke", handle_bedrock, name="bedrock_invoke")
     router.add_post(

@@ -29,6 +29,8 @@ from proxy.errors import (
 from proxy.server.http.metrics import Metrics
 from proxy.server.relay.answer import client_response
 from proxy.server.relay.sse import EventSplitter
+from proxy.server.upstream.platforms import UpstreamPlatform
+from proxy.server.upstream.response import UpstreamResponse
 
 log = logging.getLogger("context_proxy.forward")
 
@@ -145,13 +147,16 @@ class Forwarder:
         read_timeout: float,
         metrics: Metrics,
         draining: Callable[[], bool] = lambda: False,
+        platform_of: Callable[[web.Request], UpstreamPlatform | None] = lambda _request: None,
     ) -> None:
         self.session = session
+        # the request's tenant's Bedrock / Vertex upstream (None: the Anthropic API at base_url)
+        self.platform_of = platform_of
         self.draining = draining
         # Relays in progress, so that a shutdown past its grace period can end them cleanly.
         self.active: set[asyncio.Task[object]] = set()
         self._base = base_url.rstrip("/")
-        self._timeout = aiohttp.ClientTimeout(
+        self.timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=connect_timeout, sock_read=read_timeout
         )
         self.metrics = metrics
@@ -168,19 +173,25 @@ class Forwarder:
         data: bytes | AsyncIterator[bytes] | None,
         decode: bool,
         headers: CIMultiDict[str],
-    ) -> aiohttp.ClientResponse:
-        """Send the request upstream and return once its response headers arrived."""
+    ) -> UpstreamResponse:
+        """Send the request upstream and return once its response headers arrived: the Anthropic
+        API's answer, or a Bedrock / Vertex one presented in its form (``proxy.server.upstream``)."""
         started = time.perf_counter()
+        platform = self.platform_of(request)
+        response: UpstreamResponse
         with upstream_errors(self.metrics):
-            response = await self.session.request(
-                request.method,
-                self.url_for(request.raw_path),
-                headers=headers,
-                data=data,
-                timeout=self._timeout,
-                auto_decompress=decode,
-                allow_redirects=False,
-            )
+            if platform is not None:
+                response = await platform.open(request, route=route, data=data, headers=headers)
+            else:
+                response = await self.session.request(
+                    request.method,
+                    self.url_for(request.raw_path),
+                    headers=headers,
+                    data=data,
+                    timeout=self.timeout,
+                    auto_decompress=decode,
+                    allow_redirects=False,
+                )
         self.metrics.child(self.metrics.upstream_latency, route).observe(
             time.perf_counter() - started
         )
@@ -189,7 +200,7 @@ class Forwarder:
     async def relay(
         self,
         request: web.Request,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         *,
         decoded: bool,
         extra_headers: Mapping[str, str] | None = None,
@@ -257,7 +268,7 @@ class Forwarder:
     async def _pump(
         self,
         response: web.StreamResponse,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         outcome: RelayOutcome,
         request: web.Request,
         tap: Callable[[bytes], None] | None,

@@ -1,0 +1,417 @@
+"""Sending a Messages call to Bedrock Runtime or Vertex AI, and answering in Anthropic form.
+
+:class:`Platforms` holds one :class:`BedrockUpstream` / :class:`VertexUpstream` per distinct
+tenant target (``upstream:`` in the config or a policy), made at first use and kept (their
+credentials and tokens are reused). ``Forwarder.open`` asks it for the request's tenant; the
+Anthropic platform is ``None`` there and takes the usual path.
+
+Each platform:
+
+1. reads the Messages body the handler forwards (bytes, decoded when the client gzipped it),
+2. bridges its betas (:mod:`proxy.formats.bridging`: unsupported betas dropped with their body
+   fields, reported in ``x-upstream-betas-dropped`` / ``x-upstream-fields-dropped``),
+3. encodes it for the platform (:mod:`proxy.formats.bedrock_upstream`, :mod:`proxy.formats.vertex_upstream`), with the
+   model's spelling there (:mod:`proxy.core.model_ids`), signs it (SigV4 or a bearer token),
+4. sends it on the Forwarder's one session; a refused credential (Bedrock ``ExpiredTokenException``
+   / ``UnrecognizedClientException``, Vertex 401) is renewed once and the call sent again,
+5. answers an :class:`~proxy.server.upstream.response.AdaptedResponse`: 200 streams as Anthropic
+   SSE, errors as Anthropic error bodies with the upstream's wording.
+
+Other /v1 routes: ``GET /v1/models`` (and ``/v1/models/{id}``) are answered from the model table;
+anything else is a 404 ``not_found_error`` naming the platform.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+from multidict import CIMultiDict
+from yarl import URL
+
+from proxy.config import ModelIdConfig, UpstreamTarget
+from proxy.core.model_ids import ModelId, ModelIds
+from proxy.errors import InvalidRequest, NotFound, error_body, new_request_id
+from proxy.formats import bedrock_upstream as bedrock
+from proxy.formats import vertex_upstream as vertex
+from proxy.formats.bridging import Bridged, Bridging, betas_of, bridge
+from proxy.formats.eventstream import CONTENT_TYPE as EVENT_STREAM
+from proxy.formats.upstream_errors import bedrock_error, vertex_error
+from proxy.server.http.metrics import Metrics
+from proxy.server.upstream.credentials import AwsCredentials, GoogleToken
+from proxy.server.upstream.response import AdaptedResponse, UpstreamResponse
+
+log = logging.getLogger("context_proxy.upstream")
+
+DROPPED_BETAS_HEADER = "x-upstream-betas-dropped"
+DROPPED_FIELDS_HEADER = "x-upstream-fields-dropped"
+# An error answer is read whole to translate it; more than this is not an error answer.
+MAX_ERROR_BYTES = 1024 * 1024
+_AWS_RENEW = ("expiredtoken", "unrecognizedclient")
+
+
+class UpstreamPlatform:
+    """One Bedrock or Vertex target."""
+
+    format = ""
+
+    def __init__(
+        self,
+        target: UpstreamTarget,
+        session: aiohttp.ClientSession,
+        timeout: aiohttp.ClientTimeout,
+        model_ids: ModelIds,
+        metrics: Metrics,
+    ) -> None:
+        self.target = target
+        self.session = session
+        self.timeout = timeout
+        self.model_ids = model_ids
+        self.metrics = metrics
+        self.bridging = Bridging.for_platform(
+            target.format,
+            target.accepted_betas,
+            {entry.beta: entry.fields for entry in target.beta_fields},
+        )
+
+    async def open(
+        self,
+        request: web.Request,
+        *,
+        route: str,
+        data: bytes | AsyncIterator[bytes] | None,
+        headers: CIMultiDict[str],
+    ) -> UpstreamResponse:
+        if route not in ("messages", "count_tokens"):
+            return self.other_route(request)
+        raw = data if isinstance(data, bytes) else b"".join([c async for c in data or _empty()])
+        return await self.call(
+            _json_of(raw, headers.get("Content-Encoding")),
+            headers.getall("anthropic-beta", []),
+            count_tokens=route == "count_tokens",
+        )
+
+    async def call(
+        self, body: Mapping[str, Any], beta_values: list[str], *, count_tokens: bool = False
+    ) -> AdaptedResponse:
+        """A Messages call (``body`` as the Anthropic API takes it), answered in Anthropic form."""
+        bridged = bridge(body, betas_of(beta_values), self.bridging)
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise InvalidRequest("model: Field required")
+        answer = await self._send(bridged, model, count_tokens)
+        if bridged.dropped_betas:
+            answer.headers_extra[DROPPED_BETAS_HEADER] = ",".join(bridged.dropped_betas)
+        if bridged.dropped_fields:
+            answer.headers_extra[DROPPED_FIELDS_HEADER] = ",".join(bridged.dropped_fields)
+        return answer.response()
+
+    async def _send(self, bridged: Bridged, model: str, count_tokens: bool) -> _Answer:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Release what the credentials hold (a token transport's connections)."""
+
+    def other_route(self, request: web.Request) -> AdaptedResponse:
+        """``GET /v1/models[/{id}]`` from the model table; any other route is not served."""
+        path = request.path
+        if request.method in ("GET", "HEAD") and path in ("/v1/models", "/v1/models/"):
+            models = [_model_info(entry.anthropic) for entry in self.model_ids.entries]
+            body = {
+                "data": models,
+                "has_more": False,
+                "first_id": models[0]["id"] if models else None,
+                "last_id": models[-1]["id"] if models else None,
+            }
+            return _json_answer(200, body)
+        if request.method in ("GET", "HEAD") and path.startswith("/v1/models/"):
+            name = path[len("/v1/models/"):]
+            entry = self.model_ids.find(name)
+            if entry is not None:
+                return _json_answer(200, _model_info(entry.anthropic))
+            raise NotFound(f"model: {name[:100]} is not in the proxy's model table")
+        raise NotFound(
+            f"{path[:100]} is not available through the proxy's {self.format} upstream"
+            " (it serves /v1/messages, /v1/messages/count_tokens and /v1/models)"
+        )
+
+    async def _post(
+        self, url: str, headers: Mapping[str, str], body: bytes
+    ) -> aiohttp.ClientResponse:
+        return await self.session.post(
+            URL(url, encoded=True), headers=headers, data=body, timeout=self.timeout,
+            allow_redirects=False, auto_decompress=True,
+        )
+
+
+class _Answer:
+    """An answer being built: its parts, then :meth:`response`."""
+
+    def __init__(
+        self,
+        status: int,
+        headers: dict[str, str],
+        body: bytes | AsyncIterator[bytes],
+        release: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.status = status
+        self.headers_extra = headers
+        self.body = body
+        self.release = release
+
+    def response(self) -> AdaptedResponse:
+        return AdaptedResponse(self.status, self.headers_extra, self.body, self.release)
+
+
+class BedrockUpstream(UpstreamPlatform):
+    format = "bedrock"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        target = self.target
+        self.endpoint = (
+            target.endpoint_url or f"https://bedrock-runtime.{target.region}.amazonaws.com"
+        ).rstrip("/")
+        self.credentials = AwsCredentials(target.aws_profile, target.region)
+
+    async def _send(self, bridged: Bridged, model: str, count_tokens: bool) -> _Answer:
+        stream = bridged.body.get("stream") is True and not count_tokens
+        if count_tokens:  # a foundation model id: count-tokens takes no inference profile
+            path = bedrock.count_tokens_path(self.model_ids.bedrock(model))
+            payload = bedrock.count_tokens_body(bridged.body, bridged.betas)
+        else:
+            model_id = self.model_ids.bedrock(model, geo=self.target.profile_geo or None)
+            path = bedrock.model_path(model_id, stream=stream)
+            payload = orjson.dumps(bedrock.invoke_body(bridged.body, bridged.betas))
+        url = self.endpoint + path
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": EVENT_STREAM if stream else "application/json",
+        }
+        upstream = await self._post(url, await self.credentials.sign("POST", url, headers, payload), payload)
+        renewed = False
+        if upstream.status in (400, 401, 403) and _aws_kind(upstream) in _AWS_RENEW:
+            upstream.release()
+            await self.credentials.renew()
+            renewed = True
+            upstream = await self._post(
+                url, await self.credentials.sign("POST", url, headers, payload), payload
+            )
+        request_id = upstream.headers.get("x-amzn-RequestId") or new_request_id()
+        out = {"request-id": request_id}
+        if upstream.status != 200:
+            async with upstream:
+                body = await _read_bounded(upstream)
+            error = bedrock_error(
+                upstream.status, upstream.headers.get("x-amzn-ErrorType", ""), body, request_id
+            )
+            if renewed and _aws_kind(upstream) in _AWS_RENEW:
+                error = _with_note(error, "the proxy renewed its AWS credentials once; still refused")
+            for name in ("retry-after",):
+                if name in upstream.headers:
+                    out[name] = upstream.headers[name]
+            return _Answer(upstream.status, {**out, "Content-Type": "application/json"}, error)
+        if count_tokens:
+            async with upstream:
+                body = await _read_bounded(upstream)
+            answer = bedrock.count_tokens_answer(body)
+            if answer is None:
+                return _Answer(502, {**out, "Content-Type": "application/json"}, _bad_answer(request_id))
+            return _Answer(200, {**out, "Content-Type": "application/json"}, answer)
+        if not stream:
+            return _Answer(
+                200, {**out, "Content-Type": "application/json"}, upstream.content.iter_any(),
+                upstream.release,
+            )
+        return _Answer(
+            200,
+            {**out, "Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"},
+            self._sse(upstream, request_id),
+            upstream.release,
+        )
+
+    async def _sse(self, upstream: aiohttp.ClientResponse, request_id: str) -> AsyncIterator[bytes]:
+        translate = bedrock.StreamToSse(request_id)
+        async for chunk in upstream.content.iter_any():
+            out = translate.feed(chunk)
+            if out:
+                yield out
+            if translate.done:
+                break
+        tail = translate.close()
+        if tail:
+            yield tail
+        if translate.failure is not None:
+            self.metrics.upstream_errors.labels("midstream").inc()
+            log.warning("[upstream] bedrock stream failed: %s", translate.failure)
+
+
+class VertexUpstream(UpstreamPlatform):
+    format = "vertex"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        target = self.target
+        self.endpoint = (target.endpoint_url or vertex.default_endpoint(target.location)).rstrip("/")
+        self.tokens = GoogleToken(target.credentials_file)
+
+    async def close(self) -> None:
+        await self.tokens.close()
+
+    async def _send(self, bridged: Bridged, model: str, count_tokens: bool) -> _Answer:
+        target = self.target
+        model_name = self.model_ids.vertex(model)
+        if count_tokens:
+            path = vertex.count_tokens_path(target.project, target.location)
+            body = vertex.predict_body(bridged.body, keep_model=model_name)
+            body.pop("stream", None)
+        else:
+            path = vertex.model_path(
+                target.project, target.location, model_name,
+                stream=bridged.body.get("stream") is True,
+            )
+            body = vertex.predict_body(bridged.body)
+        payload = orjson.dumps(body)
+        url = self.endpoint + path
+        headers = {"Content-Type": "application/json"}
+        if bridged.betas:
+            headers["anthropic-beta"] = ",".join(bridged.betas)
+        token = await self.tokens.token()
+        upstream = await self._post(url, {**headers, "Authorization": f"Bearer {token}"}, payload)
+        renewed = False
+        if upstream.status == 401:
+            upstream.release()
+            token = await self.tokens.renew()
+            renewed = True
+            upstream = await self._post(url, {**headers, "Authorization": f"Bearer {token}"}, payload)
+        request_id = upstream.headers.get("request-id") or new_request_id()
+        out = {"request-id": request_id}
+        if upstream.status != 200:
+            async with upstream:
+                raw = await _read_bounded(upstream)
+            error = vertex_error(upstream.status, raw, request_id)
+            if renewed and upstream.status == 401:
+                error = _with_note(error, "the proxy renewed its Google token once; still refused")
+            if "retry-after" in upstream.headers:
+                out["retry-after"] = upstream.headers["retry-after"]
+            return _Answer(upstream.status, {**out, "Content-Type": "application/json"}, error)
+        content_type = upstream.headers.get("Content-Type", "application/json")
+        return _Answer(
+            200, {**out, "Content-Type": content_type}, upstream.content.iter_any(), upstream.release
+        )
+
+
+# Set by the auth middleware for each /v1 request: its tenant's platform (None: the Anthropic
+# API). The summary client reads it, so a tenant's summaries go where its requests go.
+CURRENT: contextvars.ContextVar[UpstreamPlatform | None] = contextvars.ContextVar(
+    "upstream_platform", default=None
+)
+
+
+class Platforms:
+    """One platform object per distinct target, made at first use."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        timeout: aiohttp.ClientTimeout,
+        model_ids: ModelIds,
+        metrics: Metrics,
+    ) -> None:
+        self._args = (session, timeout, model_ids, metrics)
+        self._made: dict[UpstreamTarget, UpstreamPlatform] = {}
+
+    async def close(self) -> None:
+        for made in self._made.values():
+            await made.close()
+        self._made.clear()
+
+    def get(self, target: UpstreamTarget) -> UpstreamPlatform | None:
+        if target.format == "anthropic":
+            return None
+        made = self._made.get(target)
+        if made is None:
+            kind = BedrockUpstream if target.format == "bedrock" else VertexUpstream
+            made = self._made[target] = kind(target, *self._args)
+        return made
+
+
+def model_ids_of(entries: Iterable[ModelIdConfig]) -> ModelIds:
+    """The config's ``model_ids`` entries before the built-in table."""
+    table = ModelIds()
+    made = []
+    for entry in entries:
+        made.append(
+            ModelId(
+                entry.anthropic,
+                entry.bedrock or table.bedrock(entry.anthropic),
+                entry.vertex or table.vertex(entry.anthropic),
+                tuple(entry.aliases),
+            )
+        )
+    return ModelIds(made)
+
+
+async def _empty() -> AsyncIterator[bytes]:
+    return
+    yield b""
+
+
+def _json_of(raw: bytes, encoding: str | None) -> Mapping[str, Any]:
+    """The forwarded body as JSON (a gzip/deflate body the handler forwarded as sent: decoded)."""
+    encoding = (encoding or "identity").strip().lower()
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        try:
+            raw = zlib.decompress(raw, 31 if "gzip" in encoding else 15)
+        except zlib.error:
+            raise InvalidRequest(f"request body is not valid {encoding} data") from None
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return body
+
+
+async def _read_bounded(upstream: aiohttp.ClientResponse) -> bytes:
+    body = bytearray()
+    try:
+        async for chunk in upstream.content.iter_any():
+            body += chunk
+            if len(body) > MAX_ERROR_BYTES:
+                break
+    except (aiohttp.ClientError, TimeoutError):
+        pass  # what arrived is what we translate
+    return bytes(body[:MAX_ERROR_BYTES])
+
+
+def _aws_kind(upstream: aiohttp.ClientResponse) -> str:
+    name = upstream.headers.get("x-amzn-ErrorType", "").split(":", 1)[0].strip().lower()
+    return name[: -len("exception")] if name.endswith("exception") else name
+
+
+def _with_note(error: bytes, note: str) -> bytes:
+    data = orjson.loads(error)
+    data["error"]["message"] = f"{data['error']['message']} ({note})"
+    return orjson.dumps(data)
+
+
+def _bad_answer(request_id: str) -> bytes:
+    return error_body("api_error", "the upstream's count-tokens answer was unreadable", request_id)
+
+
+def _json_answer(status: int, body: Any) -> AdaptedResponse:
+    return AdaptedResponse(
+        status, {"Content-Type": "application/json", "request-id": new_request_id()}, orjson.dumps(body)
+    )
+
+
+def _model_info(model: str) -> dict[str, Any]:
+    return {"type": "model", "id": model, "display_name": model, "created_at": "1970-01-01T00:00:00Z"}
