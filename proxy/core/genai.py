@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 PROVIDER = "anthropic"
+# ``gen_ai.provider.name``'s well-known value for each upstream platform the proxy calls
+PROVIDERS = {"anthropic": PROVIDER, "bedrock": "aws.bedrock", "vertex": "gcp.vertex_ai"}
 
 OPERATION = "gen_ai.operation.name"
 PROVIDER_NAME = "gen_ai.provider.name"
@@ -44,9 +46,11 @@ def span_name(operation: str, model: Any) -> str:
     return f"{operation} {model}" if isinstance(model, str) and model else operation
 
 
-def request_attributes(operation: str, body: Mapping[str, Any]) -> Attributes:
-    """What the request asks for (never its content)."""
-    attributes: Attributes = {OPERATION: operation, PROVIDER_NAME: PROVIDER}
+def request_attributes(
+    operation: str, body: Mapping[str, Any], platform: str = "anthropic"
+) -> Attributes:
+    """What the request asks for (never its content); ``platform``: the upstream's format."""
+    attributes: Attributes = {OPERATION: operation, PROVIDER_NAME: PROVIDERS.get(platform, PROVIDER)}
     model = body.get("model")
     if isinstance(model, str) and model:
         attributes[REQUEST_MODEL] = model

@@ -22,11 +22,15 @@ import orjson
 import pytest
 from anthropic import AnthropicBedrock, AnthropicVertex
 
+from proxy.server.app import API_PATHS
+from proxy.server.http.tracing import TRACED_PATHS
 from tests.conftest import ProxyFactory
 from tests.formats.test_client_formats import _botocore_events
 from tests.harness import LoopThread, ProxyServer
+from tests.otlp_receiver import OtlpReceiver
 from tests.platform_fakes import TEST_ACCESS_KEY, Broken, FakeBedrock
 from tests.test_quota_edge import ACME_KEY, Clock, limited, quota_json, used
+from tests.test_tracing import _wait
 from tests.test_upstream_bedrock import aws_env  # noqa: F401  (the fixture)
 from tests.upstream import FakeUpstream
 
@@ -146,3 +150,35 @@ def test_a_bedrock_request_refused_after_admission_gives_its_reservation_back(
     assert (used(body, "output_tokens"), used(body, "requests")) == (0, 1)
     assert upstream.requests == []
     assert ACME_KEY  # the tenant the key names is the one counted
+
+
+def test_a_traced_bedrock_call_is_a_genai_span_of_aws_bedrock(
+    aws_env: Path,  # noqa: F811
+    bedrock: FakeBedrock,
+    make_proxy: ProxyFactory,
+    loop_thread: LoopThread,
+) -> None:
+    """``gen_ai.provider.name`` is the platform actually called (the conventions' well-known
+    values: ``aws.bedrock``, ``gcp.vertex_ai``, ``anthropic``), under the Bedrock route's server
+    span."""
+    receiver = OtlpReceiver()
+    loop_thread.run(receiver.start())
+    try:
+        proxy = make_proxy(
+            upstream={"format": "bedrock", "region": "us-east-1", "endpoint_url": bedrock.url},
+            tracing={"enabled": True, "endpoint": receiver.endpoint, "flush_seconds": 0.05},
+        )
+        with _bedrock_client(proxy) as client:
+            client.messages.create(model=PROFILE, max_tokens=50, messages=MESSAGES)  # type: ignore[arg-type]
+        call = _wait(lambda: receiver.named("chat claude-sonnet-4-5-20250929"), "the call span")[0]
+        assert call.attributes["gen_ai.provider.name"] == "aws.bedrock"
+        assert call.attributes["gen_ai.request.model"] == "claude-sonnet-4-5-20250929"
+        server = next(s for s in receiver.spans if s.kind == "server")
+        assert server.attributes["http.route"] == "/model/{model}/invoke"
+        assert call.trace_id == server.trace_id and call.parent_id
+    finally:
+        loop_thread.run(receiver.stop())
+
+
+def test_every_api_path_is_traced() -> None:
+    assert all(path.startswith(TRACED_PATHS) for path in API_PATHS)

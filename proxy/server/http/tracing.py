@@ -175,10 +175,16 @@ def _route(request: web.Request) -> str:
     return info.canonical if info is not None else request.path
 
 
+# the API's paths: the Anthropic routes and the client formats' (``proxy.server.formats.routes``'s
+# FORMAT_PATHS; tests/formats/test_formats_across.py checks the two agree)
+TRACED_PATHS = ("/v1/", "/model/", "/projects/")
+
+
 @web.middleware
 async def tracing_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The server span of a ``/v1/*`` request; the request's context gets the tracer."""
-    if not request.path.startswith("/v1/"):
+    """The server span of an API request (``/v1/*``, and the Bedrock and Vertex routes); the
+    request's context gets the tracer."""
+    if not request.path.startswith(TRACED_PATHS):
         return await handler(request)
     tracing = request.app[TRACING]
     route = _route(request)

@@ -18,6 +18,7 @@ import orjson
 
 from proxy.core import genai
 from proxy.server.http import spans
+from proxy.server.upstream.platforms import CURRENT
 
 if TYPE_CHECKING:
     from proxy.server.context.retrieval import RetrievalLoop
@@ -33,7 +34,10 @@ def start_call(body: Mapping[str, Any], route: str, call: str = "client") -> spa
     if not spans.enabled():
         return spans.NO_SPAN
     operation = _OPERATIONS.get(route, route)
-    attributes: dict[str, Any] = dict(genai.request_attributes(operation, body))
+    platform = CURRENT.get()  # the tenant's Bedrock or Vertex upstream, or None: the Anthropic API
+    attributes: dict[str, Any] = dict(
+        genai.request_attributes(operation, body, platform.format if platform else "anthropic")
+    )
     attributes["context_proxy.call"] = call
     if spans.capture_content():
         messages = body.get("messages")
