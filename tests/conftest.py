@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -8,6 +9,7 @@ import orjson
 import pytest
 
 from tests.harness import LoopThread, ProxyServer, proxy_config
+from tests.platform_fakes import TEST_ACCESS_KEY, TEST_SECRET_KEY, FakeBedrock
 from tests.shared_data import CC_TRANSCRIPT
 from tests.upstream import FakeUpstream
 
@@ -87,3 +89,26 @@ def make_proxy(
 @pytest.fixture
 def proxy(make_proxy: ProxyFactory) -> ProxyServer:
     return make_proxy()
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """botocore's chain sees only the known test key (no real files, no instance metadata)."""
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ROLE_ARN",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                 "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", TEST_ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", TEST_SECRET_KEY)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    return tmp_path
+
+
+@pytest.fixture
+def bedrock(loop_thread: LoopThread) -> Iterator[FakeBedrock]:
+    fake = FakeBedrock()
+    loop_thread.run(fake.start())
+    yield fake
+    loop_thread.run(fake.stop())

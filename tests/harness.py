@@ -122,3 +122,11 @@ class ListeningProcess:
         if self.proc.stderr is not None:
             self.proc.stderr.close()
         return code
+
+
+async def serve_local(app: web.Application) -> tuple[web.AppRunner, str]:
+    """``app`` served on 127.0.0.1, a port the system picks: its runner and base URL."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"

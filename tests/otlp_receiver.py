@@ -20,6 +20,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
 
+from tests.harness import serve_local
+
 KINDS = {
     SpanProto.SPAN_KIND_INTERNAL: "internal",
     SpanProto.SPAN_KIND_SERVER: "server",
@@ -66,11 +68,7 @@ class OtlpReceiver:
     async def start(self) -> str:
         app = web.Application()
         app.router.add_post("/v1/traces", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        self._runner, self.url = await serve_local(app)
         return self.url
 
     async def stop(self) -> None:

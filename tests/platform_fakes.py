@@ -34,6 +34,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth import jwt
 
 from proxy.formats.eventstream import CONTENT_TYPE, chunk_frame, exception_frame
+from tests.harness import serve_local
 from tests.upstream import message_json, message_stream_events
 
 # AWS's documented example key pair (IAM user guide), the fakes' known test credentials.
@@ -118,11 +119,7 @@ class FakeBedrock:
     async def start(self) -> str:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/model/{model}/{operation}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        self._runner, self.url = await serve_local(app)
         return self.url
 
     async def stop(self) -> None:
@@ -267,11 +264,7 @@ class FakeVertex:
         app = web.Application()
         app.router.add_post("/token", self._token)
         app.router.add_post("/v1/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
+        self._runner, self.url = await serve_local(app)
         return self.url
 
     async def stop(self) -> None:

@@ -32,7 +32,6 @@ from tests.test_claude_code import (
     _proxy_error_answers,
     find_claude,
 )
-from tests.test_upstream_bedrock import aws_env, bedrock  # noqa: F401  (fixtures)
 from tests.upstream import message_json
 
 
@@ -51,8 +50,8 @@ def _model(file_path: str) -> Any:
 @pytest.mark.claude_code
 @pytest.mark.timeout(RUN_TIMEOUT + 60)
 def test_claude_code_through_the_proxy_to_bedrock_meets_no_400(
-    aws_env: Path,  # noqa: F811
-    bedrock: FakeBedrock,  # noqa: F811
+    aws_env: Path,
+    bedrock: FakeBedrock,
     make_proxy: ProxyFactory,
     loop_thread: LoopThread,
     tmp_path: Path,

@@ -11,7 +11,6 @@ import json
 import stat
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,35 +18,12 @@ import anthropic
 import pytest
 
 from tests.conftest import ProxyFactory
-from tests.harness import LoopThread, ProxyServer
+from tests.harness import ProxyServer
 from tests.platform_fakes import TEST_ACCESS_KEY, TEST_SECRET_KEY, Broken, FakeBedrock
 from tests.upstream import message_json
 
 MODEL = "claude-sonnet-4-5-20250929"
 CLIENT_KEY = "sk-ant-client-key-never-sent-to-aws"
-
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """botocore's chain sees only the known test key (no real files, no instance metadata)."""
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_ROLE_ARN",
-                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-                 "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", TEST_ACCESS_KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", TEST_SECRET_KEY)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    return tmp_path
-
-
-@pytest.fixture
-def bedrock(loop_thread: LoopThread) -> Iterator[FakeBedrock]:
-    fake = FakeBedrock()
-    loop_thread.run(fake.start())
-    yield fake
-    loop_thread.run(fake.stop())
 
 
 def bedrock_proxy(make_proxy: ProxyFactory, fake: FakeBedrock, **upstream: Any) -> ProxyServer:

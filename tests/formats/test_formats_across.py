@@ -12,7 +12,6 @@ reservation back (the ticket the internal request admitted reaches the client's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,6 @@ from tests.otlp_receiver import OtlpReceiver
 from tests.platform_fakes import TEST_ACCESS_KEY, Broken, FakeBedrock
 from tests.test_quota_edge import ACME_KEY, Clock, limited, quota_json, used
 from tests.test_tracing import _wait
-from tests.test_upstream_bedrock import aws_env  # noqa: F401  (the fixture)
 from tests.upstream import FakeUpstream
 
 PROFILE = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
@@ -40,15 +38,7 @@ KEY = "sk-ant-test-across-0123456789"
 
 
 @pytest.fixture
-def bedrock(loop_thread: LoopThread) -> Iterator[FakeBedrock]:
-    fake = FakeBedrock()
-    loop_thread.run(fake.start())
-    yield fake
-    loop_thread.run(fake.stop())
-
-
-@pytest.fixture
-def on_bedrock(aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory) -> ProxyServer:  # noqa: F811
+def on_bedrock(aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory) -> ProxyServer:
     return make_proxy(
         upstream={"format": "bedrock", "region": "us-east-1", "endpoint_url": bedrock.url,
                   "profile_geo": "us"},
@@ -153,7 +143,7 @@ def test_a_bedrock_request_refused_after_admission_gives_its_reservation_back(
 
 
 def test_a_traced_bedrock_call_is_a_genai_span_of_aws_bedrock(
-    aws_env: Path,  # noqa: F811
+    aws_env: Path,
     bedrock: FakeBedrock,
     make_proxy: ProxyFactory,
     loop_thread: LoopThread,
