@@ -8,7 +8,8 @@ import sys
 from collections.abc import Sequence
 
 from proxy import admin_cli, log_format
-from proxy.config import ConfigError, admin_tokens_from_env, config_path_from_env, load_config
+from proxy.config import admin_tokens_from_env, config_path_from_env, load_config
+from proxy.config_schema import ConfigError
 
 
 def _setup_logging(level: str, fmt: str = "text") -> None:

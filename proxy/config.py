@@ -5,7 +5,8 @@ errors that name the file, the key and what was expected. The environment is rea
 :func:`config_path_from_env` (which file), :func:`admin_tokens_from_env` (an admin token for
 the passthrough tenant: ``Config.admin_token_hashes``, never a file key) and
 :func:`tracing_from_env` (the standard ``OTEL_*`` variables under ``tracing:``), when ``serve`` starts;
-tenant policies read the variables they name in :func:`proxy.tenants.load_tenancy`.
+tenant policies read the variables they name in :func:`proxy.tenants.load_tenancy`. How a file is
+read and a section built and checked is :mod:`proxy.config_schema`; the sections are here.
 """
 
 from __future__ import annotations
@@ -14,17 +15,24 @@ import dataclasses
 import hashlib
 import os
 import re
-import reprlib
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from typing import Any
 
-import yaml
-
+from proxy.config_schema import (
+    ConfigError,
+    build_section,
+    check,
+    http_url,
+    non_negative,
+    one_of,
+    port_number,
+    positive,
+    ratio,
+    read_yaml,
+    store_url,
+)
 from proxy.core.limits import limit_problem
 from proxy.formats.bridging import path_problem
 from proxy.tracing_env import parse_pairs, sdk_disabled, tracing_values
@@ -36,118 +44,11 @@ ENV_ADMIN_TOKEN = "CONTEXT_PROXY_ADMIN_TOKEN"
 ENV_ADMIN_TOKEN_SHA256 = "CONTEXT_PROXY_ADMIN_TOKEN_SHA256"
 MIN_ADMIN_TOKEN_CHARS = 16
 
-_T = TypeVar("_T")
-
-
-# Config and policy files are operator input, but a hostile or broken one must not freeze the
-# proxy (a SIGHUP reload) or flood a terminal: bounded size, bounded alias expansion, bounded
-# nesting, every printed value cut short, at most MAX_ERRORS_SHOWN problems printed.
-MAX_FILE_BYTES = 1024 * 1024
-MAX_NODES = 100_000  # YAML nodes after alias expansion
-MAX_DEPTH = 64
-MAX_ERRORS_SHOWN = 50
-MAX_SHOWN_CHARS = 80
-
-
-def bounded_lines(lines: list[str]) -> str:
-    """At most ``MAX_ERRORS_SHOWN`` lines, then how many more there were."""
-    shown = lines[:MAX_ERRORS_SHOWN]
-    if len(lines) > MAX_ERRORS_SHOWN:
-        shown.append(f"... and {len(lines) - MAX_ERRORS_SHOWN} more problem(s) not shown")
-    return "\n".join(shown)
-
-
-class ConfigError(Exception):
-    """An invalid configuration; ``errors`` lists every problem found, one line each (the text
-    shows at most ``MAX_ERRORS_SHOWN`` of them)."""
-
-    def __init__(self, source: str, errors: list[str]) -> None:
-        self.source = source
-        self.errors = errors
-        super().__init__(bounded_lines([f"{source}: {e}" for e in errors]))
-
-
-# A key whose name says it holds a credential: its value is never printed, whatever its type.
-_SECRET_NAME = re.compile(r"(?i)key|token|secret|passw|credential|headers")
-_REPR = reprlib.Repr()
-_REPR.maxlevel = 2
-_REPR.maxstring = MAX_SHOWN_CHARS
-_REPR.maxother = MAX_SHOWN_CHARS
-_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 4
-
-
-def secret_bearing(key: str) -> bool:
-    """``key`` (a dotted path such as ``api_keys_sha256[0]``) names a secret-bearing key."""
-    return any(_SECRET_NAME.search(part) for part in re.split(r"[.\[\]]", key) if part)
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, str):
-        return f"a string of {len(value)} characters"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if value is None:
-        return "nothing (null)"
-    return f"a value of type {type(value).__name__}"
-
-
-def shown(value: Any, key: str = "") -> str:
-    """``value`` as an error message may print it: never the value of a secret-bearing ``key``
-    (only its kind), otherwise a repr cut short (bounded work, whatever the value's size)."""
-    if secret_bearing(key):
-        return f"{_kind(value)} (not shown: '{short_key(key)}' may hold a secret)"
-    text = _REPR.repr(value)
-    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
-
-
-def short_key(key: object) -> str:
-    """A key name as printed: cut short (a key is file content too)."""
-    text = str(key)
-    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
-
-
-def _positive(value: float) -> str | None:
-    return None if value > 0 else "a positive number"
-
-
-def _non_negative(value: float) -> str | None:
-    return None if value >= 0 else "a number >= 0 (0 = no limit)"
-
-
-def _port(value: int) -> str | None:
-    return None if 0 <= value <= 65535 else "a port number between 0 and 65535"
-
-
-def _ratio(value: float) -> str | None:
-    return None if 0 < value < 1 else "a number between 0 and 1 (exclusive)"
-
-
-def _http_url(value: str) -> str | None:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "an http:// or https:// URL with a host"
-    if parts.query or parts.fragment:
-        return "a URL without query string or fragment"
-    return None
-
-
-def _store_url(value: str) -> str | None:
-    scheme = value.split(":", 1)[0]
-    if scheme not in ("sqlite", "postgresql", "postgres"):
-        return "a store URL: sqlite:///path/to/file.db or postgresql://..."
-    return None
-
-
-def _check(fn: Any) -> dict[str, Any]:
-    return {"check": fn}
-
 
 @dataclass(frozen=True, slots=True)
 class ListenConfig:
     host: str = "127.0.0.1"
-    port: int = field(default=8080, metadata=_check(_port))
+    port: int = field(default=8080, metadata=check(port_number))
 
 
 UPSTREAM_FORMATS = ("anthropic", "bedrock", "vertex")
@@ -157,10 +58,10 @@ UPSTREAM_FORMATS = ("anthropic", "bedrock", "vertex")
 class BetaFieldsConfig:
     """The body fields one beta enables (``proxy.formats.bridging``): dropped with it."""
 
-    beta: str = field(default="", metadata=_check(lambda v: None if v.strip() else "a beta name"))
+    beta: str = field(default="", metadata=check(lambda v: None if v.strip() else "a beta name"))
     fields: tuple[str, ...] = field(
         default=(),
-        metadata=_check(lambda v: next((p for p in map(path_problem, v) if p), None)),
+        metadata=check(lambda v: next((p for p in map(path_problem, v) if p), None)),
     )
 
 
@@ -171,11 +72,11 @@ class UpstreamTarget:
     # anthropic (the Messages API at upstream.base_url), bedrock (Bedrock Runtime), vertex
     format: str = field(
         default="anthropic",
-        metadata=_check(lambda v: None if v in UPSTREAM_FORMATS else "one of " + ", ".join(UPSTREAM_FORMATS)),
+        metadata=check(lambda v: None if v in UPSTREAM_FORMATS else "one of " + ", ".join(UPSTREAM_FORMATS)),
     )
     # another endpoint for the platform ("" = its public one: bedrock-runtime.<region>.amazonaws.com,
     # <location>-aiplatform.googleapis.com; upstream.base_url for anthropic)
-    endpoint_url: str = field(default="", metadata=_check(lambda v: None if v == "" else _http_url(v)))
+    endpoint_url: str = field(default="", metadata=check(lambda v: None if v == "" else http_url(v)))
     # bedrock: the AWS region, the inference-profile geography ("us", "eu", "global"; "" = the
     # model id itself), and a named profile of the AWS shared files ("" = the default chain)
     region: str = ""
@@ -213,67 +114,67 @@ def target_of(upstream: UpstreamTarget) -> UpstreamTarget:
 
 @dataclass(frozen=True, slots=True)
 class UpstreamConfig(UpstreamTarget):
-    base_url: str = field(default="https://api.anthropic.com", metadata=_check(_http_url))
-    connect_timeout: float = field(default=10.0, metadata=_check(_positive))
+    base_url: str = field(default="https://api.anthropic.com", metadata=check(http_url))
+    connect_timeout: float = field(default=10.0, metadata=check(positive))
     # Longest silence between two reads of the upstream response (SSE pings arrive every ~15 s).
-    read_timeout: float = field(default=600.0, metadata=_check(_positive))
+    read_timeout: float = field(default=600.0, metadata=check(positive))
     # Keep-alive pool size for the one ClientSession.
-    pool_size: int = field(default=512, metadata=_check(_positive))
+    pool_size: int = field(default=512, metadata=check(positive))
 
 
 @dataclass(frozen=True, slots=True)
 class LimitsConfig:
-    max_body_bytes: int = field(default=32 * 1024 * 1024, metadata=_check(_positive))
+    max_body_bytes: int = field(default=32 * 1024 * 1024, metadata=check(positive))
     # Requests handled at once; beyond it the proxy answers 529 overloaded_error.
-    max_concurrent_requests: int = field(default=4096, metadata=_check(_positive))
+    max_concurrent_requests: int = field(default=4096, metadata=check(positive))
     # Slow and idle clients (proxy/server/http/connections.py): seconds to receive a complete
     # request head; longest silence while reading a body; keep-alive between requests; open client
     # connections (beyond it the longest-waiting connection without a request in progress is
     # closed, else the new one).
-    header_timeout: float = field(default=10.0, metadata=_check(_positive))
-    body_timeout: float = field(default=30.0, metadata=_check(_positive))
-    idle_timeout: float = field(default=75.0, metadata=_check(_positive))
-    max_connections: int = field(default=10_000, metadata=_check(_positive))
+    header_timeout: float = field(default=10.0, metadata=check(positive))
+    body_timeout: float = field(default=30.0, metadata=check(positive))
+    idle_timeout: float = field(default=75.0, metadata=check(positive))
+    max_connections: int = field(default=10_000, metadata=check(positive))
     # The body memo (proxy/core/reparse.py): the latest body of each conversation, parsed, so a
     # re-sent history is not parsed again. Bytes of body text it keeps (its parsed objects take
     # ~4-5x that in memory); 0 turns it off.
-    body_memo_bytes: int = field(default=16 * 1024 * 1024, metadata=_check(_non_negative))
+    body_memo_bytes: int = field(default=16 * 1024 * 1024, metadata=check(non_negative))
 
 
 @dataclass(frozen=True, slots=True)
 class ShutdownConfig:
     # On SIGTERM: stop accepting, let in-flight requests finish for this long, then exit.
-    grace_seconds: float = field(default=30.0, metadata=_check(_positive))
+    grace_seconds: float = field(default=30.0, metadata=check(positive))
 
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     # Empty means "<state_dir>/context-proxy.db" (SQLite).
-    url: str = ""
+    url: str = field(default="", metadata=check(lambda v: None if v == "" else store_url(v)))
 
 
 @dataclass(frozen=True, slots=True)
 class SummaryConfig:
     model: str = "claude-haiku-4-5"
-    max_tokens: int = field(default=2000, metadata=_check(_positive))
-    timeout_seconds: float = field(default=60.0, metadata=_check(_positive))
+    max_tokens: int = field(default=2000, metadata=check(positive))
+    timeout_seconds: float = field(default=60.0, metadata=check(positive))
     max_retries: int = 2
     # Replicas racing to summarise the same history: one holds a lease in the store and calls,
     # the others wait for its text; it renews the lease while calling, and a crashed holder's
     # lease expires after this many seconds.
-    lease_seconds: float = field(default=15.0, metadata=_check(_positive))
+    lease_seconds: float = field(default=15.0, metadata=check(positive))
     # Empty means the built-in structured hand-off prompt.
     prompt: str = ""
     # Tokens one summariser call may read; a larger removed region is summarised in parts, as
     # a chain of at most max_calls calls (each reads the previous call's summary).
-    input_budget: int = field(default=24_000, metadata=_check(_positive))
-    max_calls: int = field(default=6, metadata=_check(_positive))
+    input_budget: int = field(default=24_000, metadata=check(positive))
+    max_calls: int = field(default=6, metadata=check(positive))
     # who writes the summary: "proxy" (``model`` summarises a rendering of the removed turns) or
     # "provider" (the provider's on-demand compaction, beta compact-2026-09-04, on the request's
     # own model; its signed block leads the view; "proxy" is the fallback when it refuses)
     mode: str = field(
         default="proxy",
-        metadata=_check(lambda v: None if v in ("proxy", "provider") else '"proxy" or "provider"'),
+        metadata=check(lambda v: None if v in ("proxy", "provider") else '"proxy" or "provider"'),
     )
 
 
@@ -283,11 +184,11 @@ class RetrievalConfig:
     # can redeem (a cut tool result's artifact, the transcript range a prune/summary removed).
     enabled: bool = True
     # Hidden rounds (extra upstream calls answering the tool) per client request.
-    max_rounds: int = field(default=3, metadata=_check(_positive))
+    max_rounds: int = field(default=3, metadata=check(positive))
     # Characters one tool result returns: the default and the most a call may ask for.
-    max_chars: int = field(default=40_000, metadata=_check(_positive))
+    max_chars: int = field(default=40_000, metadata=check(positive))
     # While a streamed answer waits for a hidden round, a ping goes to the client this often.
-    ping_seconds: float = field(default=5.0, metadata=_check(_positive))
+    ping_seconds: float = field(default=5.0, metadata=check(positive))
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,18 +204,18 @@ class CompactionConfig:
     enabled: bool = True
     # tokens, or a share of the model's context window ("40%")
     threshold: int | str = field(
-        default=80_000, metadata=_check(lambda v: limit_problem(v, auto=False))
+        default=80_000, metadata=check(lambda v: limit_problem(v, auto=False))
     )
     # tokens, a share of the window, or "auto": the window minus the request's max_tokens
     hard_limit: int | str = field(
-        default="auto", metadata=_check(lambda v: limit_problem(v, auto=True))
+        default="auto", metadata=check(lambda v: limit_problem(v, auto=True))
     )
-    target_ratio: float = field(default=0.55, metadata=_check(_ratio))
-    tool_result_cap: int = field(default=5_000, metadata=_check(_positive))
-    keep_recent: int = field(default=6, metadata=_check(_positive))
-    max_plans: int = field(default=10_000, metadata=_check(_positive))
+    target_ratio: float = field(default=0.55, metadata=check(ratio))
+    tool_result_cap: int = field(default=5_000, metadata=check(positive))
+    keep_recent: int = field(default=6, metadata=check(positive))
+    max_plans: int = field(default=10_000, metadata=check(positive))
     # Requests whose uncached part is larger than this are counted off the event loop.
-    offload_bytes: int = field(default=256 * 1024, metadata=_check(_positive))
+    offload_bytes: int = field(default=256 * 1024, metadata=check(positive))
     summary: SummaryConfig = SummaryConfig()
     # Empty means the defaults: Read(file_path), str_replace_based_edit_tool/str_replace_editor
     # view(path), read_file(path).
@@ -329,18 +230,18 @@ class ModelConfig:
     # a glob on the request's model name (fnmatch: * ? [..]); entries are tried in order, before
     # the built-in table
     match: str = field(
-        default="", metadata=_check(lambda v: None if v.strip() else "a non-empty glob on the model name")
+        default="", metadata=check(lambda v: None if v.strip() else "a non-empty glob on the model name")
     )
-    context_window: int = field(default=200_000, metadata=_check(_positive))
+    context_window: int = field(default=200_000, metadata=check(positive))
     # the window when the request carries the context-1m-2025-08-07 beta (0: no change)
     context_window_1m: int = field(
-        default=0, metadata=_check(lambda v: None if v >= 0 else "a positive number of tokens or 0 (no 1M window)")
+        default=0, metadata=check(lambda v: None if v >= 0 else "a positive number of tokens or 0 (no 1M window)")
     )
     # whether these models bind thinking blocks to their prefix: "prefix" (they do), "none"
     # (they do not), "auto" (the built-in table of proxy.core.thinking decides)
     thinking_binding: str = field(
         default="auto",
-        metadata=_check(lambda v: None if v in ("auto", "prefix", "none") else '"auto", "prefix" or "none"'),
+        metadata=check(lambda v: None if v in ("auto", "prefix", "none") else '"auto", "prefix" or "none"'),
     )
 
 
@@ -348,7 +249,7 @@ class ModelConfig:
 class ModelIdConfig:
     """One model's spellings (``proxy.core.model_ids``), before the built-in table."""
 
-    anthropic: str = field(default="", metadata=_check(lambda v: None if v.strip() else "a model id"))
+    anthropic: str = field(default="", metadata=check(lambda v: None if v.strip() else "a model id"))
     bedrock: str = ""  # "" = anthropic.<id>-v1:0
     vertex: str = ""  # "" = <name>@<date> for a dated id, the id otherwise
     aliases: tuple[str, ...] = ()
@@ -356,30 +257,30 @@ class ModelIdConfig:
 
 @dataclass(frozen=True, slots=True)
 class LoggingConfig:
-    level: str = "INFO"
+    level: str = field(default="INFO", metadata=check(one_of("DEBUG", "INFO", "WARNING", "ERROR", fold=True)))
     # text, or json: one JSON object per line (proxy/log_format.py)
-    format: str = "text"
+    format: str = field(default="text", metadata=check(one_of("text", "json")))
 
 
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
     # passthrough: one tenant, the client's own provider key goes upstream (policies_dir holds at
     # most one policy file). keys: clients send proxy-issued keys, one policy file per tenant.
-    mode: str = "passthrough"
+    mode: str = field(default="passthrough", metadata=check(one_of("passthrough", "keys")))
 
 
 @dataclass(frozen=True, slots=True)
 class KindRetention:
     """How long / how much of one kind of stored thing a tenant keeps (0 = no limit)."""
 
-    max_age_days: float = field(default=0.0, metadata=_check(_non_negative))
-    max_rows: int = field(default=0, metadata=_check(_non_negative))  # newest rows kept per tenant
+    max_age_days: float = field(default=0.0, metadata=check(non_negative))
+    max_rows: int = field(default=0, metadata=check(non_negative))  # newest rows kept per tenant
 
 
 @dataclass(frozen=True, slots=True)
 class ArtifactRetention:
-    max_age_days: float = field(default=90.0, metadata=_check(_non_negative))
-    max_bytes: int = field(default=0, metadata=_check(_non_negative))  # per tenant
+    max_age_days: float = field(default=90.0, metadata=check(non_negative))
+    max_bytes: int = field(default=0, metadata=check(non_negative))  # per tenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,9 +290,9 @@ class RetentionConfig:
     process."""
 
     enabled: bool = True
-    interval_seconds: float = field(default=3600.0, metadata=_check(_positive))
-    batch_size: int = field(default=500, metadata=_check(_positive))
-    lease_seconds: float = field(default=300.0, metadata=_check(_positive))
+    interval_seconds: float = field(default=3600.0, metadata=check(positive))
+    batch_size: int = field(default=500, metadata=check(positive))
+    lease_seconds: float = field(default=300.0, metadata=check(positive))
     plans: KindRetention = KindRetention(30.0, 100_000)
     summaries: KindRetention = KindRetention(30.0, 100_000)
     manifests: KindRetention = KindRetention(90.0, 100_000)
@@ -411,10 +312,10 @@ class LedgerConfig:
     # One row per upstream call (usage, cost, compaction), written in the background.
     enabled: bool = True
     # Rows waiting for the store; beyond it new rows are dropped (and counted), never waited on.
-    queue_size: int = field(default=10_000, metadata=_check(_positive))
-    batch_size: int = field(default=500, metadata=_check(_positive))
+    queue_size: int = field(default=10_000, metadata=check(positive))
+    batch_size: int = field(default=500, metadata=check(positive))
     # A batch is written when it is full or this long after its first row.
-    flush_seconds: float = field(default=0.5, metadata=_check(_positive))
+    flush_seconds: float = field(default=0.5, metadata=check(positive))
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,11 +324,11 @@ class PriceConfig:
     model: str = ""
     # USD per million tokens. The cache prices default to the provider's multipliers of
     # ``input`` (5m write 1.25x, 1h write 2x, read 0.1x) when left at -1.
-    input: float = field(default=0.0, metadata=_check(_non_negative))
-    output: float = field(default=0.0, metadata=_check(_non_negative))
-    cache_write_5m: float = field(default=-1.0, metadata=_check(_price_or_standard))
-    cache_write_1h: float = field(default=-1.0, metadata=_check(_price_or_standard))
-    cache_read: float = field(default=-1.0, metadata=_check(_price_or_standard))
+    input: float = field(default=0.0, metadata=check(non_negative))
+    output: float = field(default=0.0, metadata=check(non_negative))
+    cache_write_5m: float = field(default=-1.0, metadata=check(_price_or_standard))
+    cache_write_1h: float = field(default=-1.0, metadata=check(_price_or_standard))
+    cache_read: float = field(default=-1.0, metadata=check(_price_or_standard))
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,7 +336,7 @@ class ConsoleConfig:
     # The operator console at /console/ (read-only; signed in with an admin token).
     enabled: bool = True
     # A console sign-in lasts this long (absolute, not sliding); sign-out ends it at once.
-    session_ttl_seconds: int = field(default=8 * 3600, metadata=_check(_positive))
+    session_ttl_seconds: int = field(default=8 * 3600, metadata=check(positive))
 
 
 def _pairs(value: str) -> str | None:
@@ -447,22 +348,22 @@ class TracingConfig:
     # OpenTelemetry traces over OTLP/HTTP (protobuf); off unless configured here or by the
     # standard OTEL_* variables (proxy/tracing_env.py; a key in this file wins over a variable).
     enabled: bool = False
-    endpoint: str = field(default="http://localhost:4318/v1/traces", metadata=_check(_http_url))
+    endpoint: str = field(default="http://localhost:4318/v1/traces", metadata=check(http_url))
     # Sent with every export (a collector's credentials): ``k1=v1,k2=v2``; never printed.
-    headers: str = field(default="", repr=False, metadata=_check(_pairs))
+    headers: str = field(default="", repr=False, metadata=check(_pairs))
     service_name: str = "context-proxy"
-    resource_attributes: str = field(default="", metadata=_check(_pairs))
+    resource_attributes: str = field(default="", metadata=check(_pairs))
     # Message content (prompts, answers) on spans: never unless true.
     capture_content: bool = False
     # Spans waiting for export; beyond it new spans are dropped (and counted), never waited on.
-    queue_size: int = field(default=2048, metadata=_check(_positive))
-    batch_size: int = field(default=512, metadata=_check(_positive))
+    queue_size: int = field(default=2048, metadata=check(positive))
+    batch_size: int = field(default=512, metadata=check(positive))
     # A batch leaves when full or this long after the previous one.
-    flush_seconds: float = field(default=5.0, metadata=_check(_positive))
+    flush_seconds: float = field(default=5.0, metadata=check(positive))
     # One export's deadline, retries included; then its spans are dropped (and counted).
-    export_timeout: float = field(default=10.0, metadata=_check(_positive))
+    export_timeout: float = field(default=10.0, metadata=check(positive))
     # The exports' body: none or gzip.
-    compression: str = "none"
+    compression: str = field(default="none", metadata=check(one_of("none", "gzip")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,108 +405,6 @@ class Config:
         return dataclasses.replace(self, listen=listen)
 
 
-_EXTRA_CHECKS: dict[tuple[type, str], Any] = {
-    (StoreConfig, "url"): lambda v: None if v == "" else _store_url(v),
-    (AuthConfig, "mode"): lambda v: None
-    if v in ("passthrough", "keys")
-    else "one of passthrough, keys",
-    (LoggingConfig, "level"): lambda v: None
-    if v.upper() in ("DEBUG", "INFO", "WARNING", "ERROR")
-    else "one of DEBUG, INFO, WARNING, ERROR",
-    (LoggingConfig, "format"): lambda v: None if v in ("text", "json") else "one of text, json",
-    (TracingConfig, "compression"): lambda v: None if v in ("none", "gzip") else "one of none, gzip",
-}
-
-
-def _type_name(tp: Any) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
-    if tp in names:
-        return names[tp]
-    if dataclasses.is_dataclass(tp):
-        return "a mapping"
-    return "a list"
-
-
-def _convert(tp: Any, value: Any, key: str, errors: list[str], base: Any = None) -> Any:
-    """Convert one YAML value to ``tp``, appending an error naming ``key`` on mismatch."""
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _build(tp, value, key, errors, base)
-    origin = typing.get_origin(tp)
-    if isinstance(tp, types.UnionType):
-        for arm in typing.get_args(tp):
-            trial: list[str] = []
-            converted = _convert(arm, value, key, trial)
-            if not trial:
-                return converted
-        names = " or ".join(_type_name(arm) for arm in typing.get_args(tp))
-        errors.append(f"key '{key}': expected {names}, got {value!r}")
-        return None
-    if origin is tuple:
-        (item_tp, _ellipsis) = typing.get_args(tp)
-        if not isinstance(value, list):
-            errors.append(f"key '{key}': expected a list, got {type(value).__name__}")
-            return ()
-        return tuple(_convert(item_tp, v, f"{key}[{i}]", errors) for i, v in enumerate(value))
-    ok = (
-        (tp is bool and isinstance(value, bool))
-        or (tp is int and isinstance(value, int) and not isinstance(value, bool))
-        or (tp is float and isinstance(value, int | float) and not isinstance(value, bool))
-        or (tp is str and isinstance(value, str))
-    )
-    if not ok:
-        errors.append(f"key '{key}': expected {_type_name(tp)}, got {shown(value, key)}")
-        return None
-    return float(value) if tp is float else value
-
-
-def _build(cls: type, data: Any, prefix: str, errors: list[str], base: Any = None) -> Any:
-    """Build ``cls`` from a YAML mapping; keys absent from ``data`` keep ``base``'s values
-    (nested sections merge key by key), or the defaults when there is no ``base``."""
-    if data is None:
-        data = {}
-    if not isinstance(data, Mapping):
-        errors.append(
-            f"key '{prefix or '<top level>'}': expected a mapping, got {shown(data, prefix)}"
-        )
-        return cls() if base is None else base
-    hints = typing.get_type_hints(cls)
-    known = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("env")}
-    values: dict[str, Any] = {}
-    for raw_key, value in data.items():
-        key = f"{prefix}.{short_key(raw_key)}" if prefix else short_key(raw_key)
-        if raw_key not in known:
-            expected = ", ".join(sorted(known))
-            errors.append(f"key '{key}': unknown key (expected one of: {expected})")
-            continue
-        before = len(errors)
-        default = known[raw_key].default
-        # A nested section starts from its field's default (which may differ from its class's).
-        nested_base = (
-            getattr(base, raw_key)
-            if base is not None
-            else (default if dataclasses.is_dataclass(default) else None)
-        )
-        converted = _convert(hints[raw_key], value, key, errors, nested_base)
-        if len(errors) > before:
-            continue
-        check = known[raw_key].metadata.get("check") or _EXTRA_CHECKS.get((cls, raw_key))
-        problem = check(converted) if check else None
-        if problem:
-            errors.append(f"key '{key}': expected {problem}, got {shown(value, key)}")
-            continue
-        values[raw_key] = converted
-    return cls(**values) if base is None else dataclasses.replace(base, **values)
-
-
-def build_section(
-    cls: type[_T], data: object, prefix: str, errors: list[str], base: _T | None = None
-) -> _T:
-    """Validate one mapping into the frozen dataclass ``cls``, appending every problem to
-    ``errors`` as ``key '<prefix>.<key>': expected ...``. With ``base``, absent keys keep its
-    values (overrides). Never raises for bad data: the caller raises one :class:`ConfigError`."""
-    built = _build(cls, data, prefix, errors, base)
-    assert isinstance(built, cls)
-    return built
 
 
 def check_compaction(c: CompactionConfig, prefix: str, errors: list[str]) -> None:
@@ -644,99 +443,13 @@ def parse_config(data: Any, source: str = "<config>", base: Config | None = None
     """Validate already-parsed YAML data; raise :class:`ConfigError` listing every problem.
     With ``base`` (the environment's values), keys absent from ``data`` keep its values."""
     errors: list[str] = []
-    config = _build(Config, data, "", errors, base)
+    config = build_section(Config, data, "", errors, base)
     if not errors:
         _cross_checks(config, errors)
     if errors:
         raise ConfigError(source, errors)
     assert isinstance(config, Config)
     return config
-
-
-def read_yaml(path: str | os.PathLike[str]) -> Any:
-    """Read and parse one YAML file (safe loader); :class:`ConfigError` naming the file if not.
-
-    Bounded: at most ``MAX_FILE_BYTES``, ``MAX_NODES`` nodes once aliases are expanded (a
-    few-hundred-byte "billion laughs" is refused before anything walks it), ``MAX_DEPTH`` levels,
-    no recursive alias."""
-    source = str(path)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
-        if len(raw) > MAX_FILE_BYTES:
-            raise ConfigError(source, [f"file larger than {MAX_FILE_BYTES} bytes: refused"])
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else None
-        raise ConfigError(source, [f"cannot read the file: {reason or exc}"]) from None
-    return parse_yaml(text, source)
-
-
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def parse_yaml(text: str, source: str = "<config>") -> Any:
-    """Parse YAML text with the bounds of :func:`read_yaml`."""
-    loader = _LOADER(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        problem = _expansion_problem(node)
-        if problem:
-            raise ConfigError(source, [problem])
-        return loader.construct_document(node)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(source, [f"{where}not valid YAML ({short_key(problem)})"]) from None
-    finally:
-        loader.dispose()
-
-
-def _expansion_problem(root: yaml.Node) -> str | None:
-    """Why the document is refused (too many nodes once aliases are expanded, too deep, a
-    recursive alias), or None. Each distinct node is sized once: the work is bounded by the
-    file, not by the expansion."""
-    sizes: dict[int, int] = {}
-    open_nodes: set[int] = set()
-
-    class Refused(Exception):
-        pass
-
-    def size(node: yaml.Node, depth: int) -> int:
-        known = sizes.get(id(node))
-        if known is not None:
-            return known
-        if id(node) in open_nodes:
-            raise Refused("a recursive alias (a node that contains itself): refused")
-        if depth > MAX_DEPTH:
-            raise Refused(f"nested deeper than {MAX_DEPTH} levels: refused")
-        total = 1
-        if isinstance(node, yaml.SequenceNode | yaml.MappingNode):
-            open_nodes.add(id(node))
-            children: list[yaml.Node] = (
-                list(node.value)
-                if isinstance(node, yaml.SequenceNode)
-                else [n for pair in node.value for n in pair]
-            )
-            for child in children:
-                total += size(child, depth + 1)
-                if total > MAX_NODES:
-                    raise Refused(
-                        f"more than {MAX_NODES} values once aliases are expanded"
-                        " (an alias bomb?): refused"
-                    )
-            open_nodes.discard(id(node))
-        sizes[id(node)] = total
-        return total
-
-    try:
-        size(root, 0)
-    except Refused as exc:
-        return str(exc)
-    return None
 
 
 def load_config(

@@ -37,16 +37,12 @@ from typing import Any, Literal
 from proxy.config import (
     CompactionConfig,
     Config,
-    ConfigError,
     RetentionConfig,
     UpstreamTarget,
-    bounded_lines,
-    build_section,
     check_compaction,
-    read_yaml,
-    shown,
     target_of,
 )
+from proxy.config_schema import ConfigError, bounded_lines, build_section, read_yaml, shown
 from proxy.core.pointers import KINDS, is_valid_component
 from proxy.core.quota import Quota
 from proxy.sources.policy import SourcePolicy

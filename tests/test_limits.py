@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 from proxy.compaction_policy import limits_for, model_windows, policy_from_config
-from proxy.config import CompactionConfig, ConfigError, parse_config
+from proxy.config import CompactionConfig, parse_config
+from proxy.config_schema import ConfigError
 from proxy.core.limits import (
     BETA_1M,
     DEFAULT_CONTEXT_WINDOW,

@@ -7,7 +7,8 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
-from proxy.config import ConfigError, KindRetention, RetentionConfig, load_config, parse_config
+from proxy.config import KindRetention, RetentionConfig, load_config, parse_config
+from proxy.config_schema import ConfigError
 from proxy.server.maintenance.retention import RETENTION
 from proxy.tenants import PolicyError, load_tenancy
 from tests.conftest import ProxyFactory

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from proxy.config import Config, ConfigError, load_config, parse_config
+from proxy.config import Config, load_config, parse_config
+from proxy.config_schema import ConfigError
 from proxy.tenants import PolicyError, ProviderAuth, Tenancy, Tenant, load_tenancy
 
 ROOT = Path(__file__).resolve().parent.parent

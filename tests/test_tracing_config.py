@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, TracingConfig, load_config, parse_config
+from proxy.config import TracingConfig, load_config, parse_config
+from proxy.config_schema import ConfigError
 
 
 def _tracing(env: dict[str, str], path: Path | None = None) -> TracingConfig:
@@ -111,7 +112,7 @@ def test_tracing_on_without_the_extra_is_a_config_error_naming_it(tmp_path: Path
 
     script = (
         "import sys; sys.modules['opentelemetry'] = None\n"
-        "from proxy.config import ConfigError, parse_config\n"
+        "from proxy.config import parse_config\nfrom proxy.config_schema import ConfigError\n"
         "from proxy.server.app import build_app\n"
         "try:\n"
         f"    build_app(parse_config({{'tracing': {{'enabled': True}}, 'state_dir': {str(tmp_path)!r}}}))\n"

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import ConfigError, UpstreamTarget, parse_config
+from proxy.config import UpstreamTarget, parse_config
+from proxy.config_schema import ConfigError
 from proxy.tenants import PolicyError, load_tenancy
 
 

@@ -17,7 +17,8 @@ import aiohttp
 from aiohttp import web
 
 from proxy.compaction_policy import model_windows, thinking_overrides
-from proxy.config import Config, ConfigError
+from proxy.config import Config
+from proxy.config_schema import ConfigError
 from proxy.console.routes import add_console_routes
 from proxy.core.reparse import BodyMemo
 from proxy.errors import (

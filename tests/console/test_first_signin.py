@@ -29,7 +29,8 @@ import pytest
 import yaml
 from playwright.sync_api import expect
 
-from proxy.config import AuthConfig, ConfigError, admin_tokens_from_env
+from proxy.config import AuthConfig, admin_tokens_from_env
+from proxy.config_schema import ConfigError
 from proxy.console.first_signin import OneTimeSignIn, signin_link, tenant_without_admin_token
 from proxy.tenants import load_tenancy
 from tests.console.browser import Watched, screenshot

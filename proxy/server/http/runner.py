@@ -14,7 +14,8 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-from proxy.config import Config, ConfigError
+from proxy.config import Config
+from proxy.config_schema import ConfigError
 from proxy.console.auth import CONSOLE_FIRST_SIGNIN
 from proxy.console.first_signin import (
     announcement,
