@@ -405,8 +405,6 @@ class Config:
         return dataclasses.replace(self, listen=listen)
 
 
-
-
 def check_compaction(c: CompactionConfig, prefix: str, errors: list[str]) -> None:
     """Checks across the keys of a compaction section (after overrides are applied)."""
     if isinstance(c.hard_limit, int) and isinstance(c.threshold, int) and c.hard_limit < c.threshold:

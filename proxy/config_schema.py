@@ -137,9 +137,6 @@ def one_of(*choices: str, fold: bool = False) -> Callable[[str], str | None]:
     return problem
 
 
-
-
-
 def _type_name(tp: Any) -> str:
     names = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
     if tp in names:
@@ -229,8 +226,6 @@ def build_section(
     built = _build(cls, data, prefix, errors, base)
     assert isinstance(built, cls)
     return built
-
-
 
 
 def read_yaml(path: str | os.PathLike[str]) -> Any:
