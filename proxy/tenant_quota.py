@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal, cast
 
+from proxy.config_schema import check, one_of
 from proxy.core.quota import Allowance, Quota
 
 __all__ = ["QuotaFile", "build_quota"]
@@ -37,36 +38,24 @@ def _usd(value: float) -> str | None:
     return None if 0 <= value <= MAX_BUDGET_USD else "a number of USD >= 0 (0 = no budget)"
 
 
-def _period(value: str) -> str | None:
-    return None if value in ("day", "month") else "one of day, month"
-
-
 @dataclass(frozen=True, slots=True)
 class AllowanceFile:
-    requests_per_minute: int = field(default=0, metadata={"check": _count})
-    input_tokens_per_minute: int = field(default=0, metadata={"check": _count})
-    output_tokens_per_minute: int = field(default=0, metadata={"check": _count})
-    budget_usd: float = field(default=0.0, metadata={"check": _usd})
-    budget_period: str = field(default="month", metadata={"check": _period})
+    """One allowance: the tenant's own, ``per_key``'s, or a listed key's."""
+
+    requests_per_minute: int = field(default=0, metadata=check(_count))
+    input_tokens_per_minute: int = field(default=0, metadata=check(_count))
+    output_tokens_per_minute: int = field(default=0, metadata=check(_count))
+    budget_usd: float = field(default=0.0, metadata=check(_usd))
+    budget_period: str = field(default="month", metadata=check(one_of("day", "month")))
 
 
 @dataclass(frozen=True, slots=True)
-class KeyAllowanceFile:
+class KeyAllowanceFile(AllowanceFile):
     key_sha256: str = ""
-    requests_per_minute: int = field(default=0, metadata={"check": _count})
-    input_tokens_per_minute: int = field(default=0, metadata={"check": _count})
-    output_tokens_per_minute: int = field(default=0, metadata={"check": _count})
-    budget_usd: float = field(default=0.0, metadata={"check": _usd})
-    budget_period: str = field(default="month", metadata={"check": _period})
 
 
 @dataclass(frozen=True, slots=True)
-class QuotaFile:
-    requests_per_minute: int = field(default=0, metadata={"check": _count})
-    input_tokens_per_minute: int = field(default=0, metadata={"check": _count})
-    output_tokens_per_minute: int = field(default=0, metadata={"check": _count})
-    budget_usd: float = field(default=0.0, metadata={"check": _usd})
-    budget_period: str = field(default="month", metadata={"check": _period})
+class QuotaFile(AllowanceFile):
     per_key: AllowanceFile = AllowanceFile()
     keys: tuple[KeyAllowanceFile, ...] = ()
 
@@ -74,7 +63,7 @@ class QuotaFile:
 _HEX = re.compile(r"[0-9a-fA-F]{64}", re.ASCII)
 
 
-def _allowance(raw: AllowanceFile | QuotaFile | KeyAllowanceFile) -> Allowance:
+def _allowance(raw: AllowanceFile) -> Allowance:
     period = cast(Literal["day", "month"], raw.budget_period)
     return Allowance(
         raw.requests_per_minute,
