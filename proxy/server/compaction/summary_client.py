@@ -20,10 +20,11 @@ the cause, never the body: the caller logs it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -200,10 +201,7 @@ class SummaryClient:
         for retries_taken in range(self.max_retries + 1):
             last = retries_taken >= self.max_retries
             try:
-                if platform is not None:
-                    answer = await self._platform_attempt(platform, body, headers, model)
-                else:
-                    answer = await self._attempt(payload, headers, model)
+                answer = await self._attempt(platform, body, payload, headers, model)
             except SummaryFailed:
                 if last:
                     raise
@@ -216,24 +214,28 @@ class SummaryClient:
             await asyncio.sleep(retry_delay(retries_taken, answer.headers))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _attempt(self, payload: bytes, headers: dict[str, str], model: str) -> _Answer:
+    async def _attempt(
+        self,
+        platform: UpstreamPlatform | None,
+        body: Mapping[str, Any],
+        payload: bytes,
+        headers: dict[str, str],
+        model: str,
+    ) -> _Answer:
         """One exchange, recorded in the ledger (when in a call context)."""
         at = now_ms()
         started = time.perf_counter()
         status = 0
         answer: _Answer | None = None
         try:
-            async with self._pool().post(
-                self.url, data=payload, headers=headers, timeout=self.timeout,
-                allow_redirects=False,
-            ) as response:
+            async with self._exchange(platform, body, payload, headers) as response:
                 status = response.status
-                body = bytearray()
-                async for chunk in response.content.iter_chunked(65536):
-                    body += chunk
-                    if len(body) > MAX_ANSWER_BYTES:
+                data = bytearray()
+                async for chunk in response.content.iter_any():
+                    data += chunk
+                    if len(data) > MAX_ANSWER_BYTES:
                         raise SummaryFailed("answer too large")
-                answer = _Answer(status, response.headers, bytes(body))
+                answer = _Answer(status, response.headers, bytes(data))
                 return answer
         except TimeoutError as exc:
             status = 504
@@ -241,47 +243,34 @@ class SummaryClient:
         except aiohttp.ClientError as exc:
             status = 502  # no answer: refused, reset, or cut before the body ended
             raise SummaryFailed(type(exc).__name__) from exc
-        finally:
-            _record(at, started, model, status, answer)
-
-
-    async def _platform_attempt(
-        self,
-        platform: UpstreamPlatform,
-        body: Mapping[str, Any],
-        headers: Mapping[str, str],
-        model: str,
-    ) -> _Answer:
-        """One exchange with the tenant's Bedrock / Vertex upstream (its own credentials; the
-        request's betas bridged as for the request itself), recorded like :meth:`_attempt`."""
-        at = now_ms()
-        started = time.perf_counter()
-        status = 0
-        answer: _Answer | None = None
-        betas = [headers["anthropic-beta"]] if "anthropic-beta" in headers else []
-        try:
-            async with asyncio.timeout(self.timeout.total):
-                response = await platform.call(body, betas)
-                status = response.status
-                async with response:
-                    data = bytearray()
-                    async for chunk in response.content.iter_any():
-                        data += chunk
-                        if len(data) > MAX_ANSWER_BYTES:
-                            raise SummaryFailed("answer too large")
-                answer = _Answer(status, response.headers, bytes(data))
-                return answer
-        except TimeoutError as exc:
-            status = 504
-            raise SummaryFailed(type(exc).__name__) from exc
-        except aiohttp.ClientError as exc:
-            status = 502
-            raise SummaryFailed(type(exc).__name__) from exc
         except ProxyError as exc:  # no credentials, or a body the platform path refused
             status = exc.status
             raise SummaryFailed(type(exc).__name__) from exc
         finally:
             _record(at, started, model, status, answer)
+
+    @contextlib.asynccontextmanager
+    async def _exchange(
+        self,
+        platform: UpstreamPlatform | None,
+        body: Mapping[str, Any],
+        payload: bytes,
+        headers: dict[str, str],
+    ) -> AsyncIterator[Any]:
+        """The answer's response: from the Anthropic API, or from the tenant's Bedrock / Vertex
+        upstream (its own credentials; the request's betas bridged as for the request itself)."""
+        if platform is None:
+            async with self._pool().post(
+                self.url, data=payload, headers=headers, timeout=self.timeout,
+                allow_redirects=False,
+            ) as answered:
+                yield answered
+            return
+        betas = [headers["anthropic-beta"]] if "anthropic-beta" in headers else []
+        async with asyncio.timeout(self.timeout.total):
+            response = await platform.call(body, betas)
+            async with response:
+                yield response
 
 
 def _record(
