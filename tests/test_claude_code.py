@@ -336,6 +336,35 @@ def _describe(
     return "\n".join(lines)
 
 
+def run_through_tap(
+    claude: str,
+    args: list[str],
+    *,
+    work: Path,
+    env: dict[str, str],
+    tap: Tap,
+    loop_thread: LoopThread,
+    upstream: FakeUpstream,
+    timeout: float = RUN_TIMEOUT,
+) -> tuple[dict[str, Any], list[TappedRequest], str]:
+    """Claude Code run once (``claude *args``) through ``tap``, which is stopped after: it must
+    end without error. Its JSON result, what the tap saw, and a description for assertions."""
+    proc: subprocess.CompletedProcess[str] | None = None
+    try:
+        proc = subprocess.run(
+            [claude, *args], cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+            text=True, timeout=timeout,
+        )  # fmt: skip
+    finally:
+        loop_thread.run(tap.stop())
+    tapped = tap.requests()
+    context = _describe(proc, tapped, upstream)
+    assert proc.returncode == 0, context
+    result: dict[str, Any] = json.loads(proc.stdout)
+    assert result.get("is_error") is False, context
+    return result, tapped, context
+
+
 def _strip_cache_control(value: Any) -> Any:
     """Claude Code moves its ``cache_control`` marker to the newest block on every turn."""
     if isinstance(value, dict):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from proxy.core.compaction.retrieval import TOOL_NAME
 from proxy.core.pointers import TranscriptPointer, parse_pointer
 from proxy.server.appkeys import DURABLE, STORE
 from tests.harness import LoopThread, ProxyServer
-from tests.test_claude_code import RUN_TIMEOUT, Tap, _clean_env, _describe, find_claude
+from tests.test_claude_code import RUN_TIMEOUT, Tap, _clean_env, find_claude, run_through_tap
 from tests.upstream import (
     FakeUpstream,
     RecordedRequest,
@@ -167,24 +166,11 @@ def test_claude_code_main_and_subagent_each_compacted_and_reading_back_their_own
     upstream.script(*[model] * 800)
     tap = Tap(proxy.url)
     loop_thread.run(tap.start())
-    proc: subprocess.CompletedProcess[str] | None = None
-    try:
-        proc = subprocess.run(
-            [claude, "-p", PROMPT, "--allowedTools", "Read", "Agent", "Task", "--output-format", "json"],
-            cwd=work,
-            env=_clean_env(home, tap.url),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT + 60,
-        )
-    finally:
-        loop_thread.run(tap.stop())
-    tapped = tap.requests()
-    context = _describe(proc, tapped, upstream)
-    assert proc.returncode == 0, context
-    result = json.loads(proc.stdout)
-    assert result.get("is_error") is False, context
+    result, tapped, context = run_through_tap(
+        claude, ["-p", PROMPT, "--allowedTools", "Read", "Agent", "Task", "--output-format", "json"],
+        work=work, env=_clean_env(home, tap.url), tap=tap, loop_thread=loop_thread,
+        upstream=upstream, timeout=RUN_TIMEOUT + 60,
+    )  # fmt: skip
     loop_thread.run(proxy.app[DURABLE].drain())
 
     main = [r for r in upstream.requests if r.path == "/v1/messages" and not r.headers.get("x-claude-code-agent-id") and PROMPT in r.body.decode(errors="replace")]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 
 from proxy.core.compaction.retrieval import TOOL_NAME
 from tests.harness import LoopThread, ProxyServer
-from tests.test_claude_code import RUN_TIMEOUT, Tap, _clean_env, _describe, find_claude
+from tests.test_claude_code import RUN_TIMEOUT, Tap, _clean_env, find_claude, run_through_tap
 from tests.upstream import (
     FakeUpstream,
     RecordedRequest,
@@ -111,24 +110,11 @@ def test_claude_code_gets_one_answer_after_hidden_retrievals(
     tap = Tap(proxy.url)
     loop_thread.run(tap.start())
     upstream.script(*[make_model(str(work / "big.log"), str(work / "notes.txt"))] * 500)
-    proc: subprocess.CompletedProcess[str] | None = None
-    try:
-        proc = subprocess.run(
-            [claude, "-p", PROMPT, "--allowedTools", "Read", "--output-format", "json"],
-            cwd=work,
-            env=_clean_env(home, tap.url),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT,
-        )
-    finally:
-        loop_thread.run(tap.stop())
-    tapped = tap.requests()
-    context = _describe(proc, tapped, upstream)
-    assert proc.returncode == 0, context
-    result = json.loads(proc.stdout)
-    assert result.get("is_error") is False, context
+    result, tapped, context = run_through_tap(
+        claude, ["-p", PROMPT, "--allowedTools", "Read", "--output-format", "json"],
+        work=work, env=_clean_env(home, tap.url), tap=tap, loop_thread=loop_thread,
+        upstream=upstream,
+    )  # fmt: skip
     assert f"The code in the log is {CODE}." in result.get("result", ""), context
     # the proxy paged through the artifact in hidden rounds; Claude Code never saw the tool
     continuations = [r for r in upstream.requests if RETRIEVE.encode() in r.body and b'"tool_result"' in r.body]

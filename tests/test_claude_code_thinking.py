@@ -17,7 +17,6 @@ Skipped without the Claude Code CLI (see tests/test_claude_code.py).
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from proxy.core.thinking import BINDING_BETA
 from proxy.server.appkeys import STORE
 from tests.harness import LoopThread, ProxyServer
 from tests.provider_rules import ProviderRules, Turn
-from tests.test_claude_code import RUN_TIMEOUT, Tap, _clean_env, _describe, find_claude
+from tests.test_claude_code import RUN_TIMEOUT, Tap, _clean_env, find_claude, run_through_tap
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 
 MODEL = "claude-fable-5-1"
@@ -82,25 +81,13 @@ def test_claude_code_on_a_binding_model_keeps_thinking_through_compaction(
     loop_thread.run(proxy.app[STORE].write_changes("default", SESSION, [Create(fact)]))
     tap = Tap(proxy.url)
     loop_thread.run(tap.start())
-    proc: subprocess.CompletedProcess[str] | None = None
-    try:
-        proc = subprocess.run(
-            [claude, "-p", PROMPT, "--model", MODEL, "--session-id", SESSION,
-             "--allowedTools", "Read", "--output-format", "json"],
-            cwd=work,
-            env=_clean_env(home, tap.url),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT + 60,
-        )
-    finally:
-        loop_thread.run(tap.stop())
-    tapped = tap.requests()
-    context = _describe(proc, tapped, upstream)
-    assert proc.returncode == 0, context
-    result = json.loads(proc.stdout)
-    assert result.get("is_error") is False, context
+    result, _, context = run_through_tap(
+        claude,
+        ["-p", PROMPT, "--model", MODEL, "--session-id", SESSION, "--allowedTools", "Read",
+         "--output-format", "json"],
+        work=work, env=_clean_env(home, tap.url), tap=tap, loop_thread=loop_thread,
+        upstream=upstream, timeout=RUN_TIMEOUT + 60,
+    )  # fmt: skip
     assert "f9.txt contents end." in result.get("result", ""), context
 
     refused = [v.rejection.message for v in upstream.verdicts if v.rejection is not None]
