@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from tests.harness import LoopThread, ProxyServer, proxy_config
-from tests.platform_fakes import TEST_ACCESS_KEY, TEST_SECRET_KEY, FakeBedrock
+from tests.platform_fakes import TEST_ACCESS_KEY, TEST_SECRET_KEY, FakeBedrock, FakeVertex
 from tests.shared_data import CC_TRANSCRIPT
 from tests.upstream import FakeUpstream
 
@@ -109,6 +109,14 @@ def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 @pytest.fixture
 def bedrock(loop_thread: LoopThread) -> Iterator[FakeBedrock]:
     fake = FakeBedrock()
+    loop_thread.run(fake.start())
+    yield fake
+    loop_thread.run(fake.stop())
+
+
+@pytest.fixture
+def vertex(loop_thread: LoopThread) -> Iterator[FakeVertex]:
+    fake = FakeVertex()
     loop_thread.run(fake.start())
     yield fake
     loop_thread.run(fake.stop())

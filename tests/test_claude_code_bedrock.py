@@ -1,4 +1,4 @@
-"""Claude Code in Anthropic mode, through the proxy, to a Bedrock Runtime upstream.
+"""Claude Code in Anthropic mode, through the proxy, to a Bedrock Runtime (and a Vertex) upstream.
 
 Claude Code sends the betas and body fields of the Anthropic API (``claude-code-20250219``,
 ``prompt-caching-scope-...``, ``context_management``...); FakeBedrock answers Bedrock's 400
@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import ProxyFactory
 from tests.harness import LoopThread
-from tests.platform_fakes import FakeBedrock
+from tests.platform_fakes import FakeBedrock, FakeVertex
 from tests.test_claude_code import (
     FINAL_TEXT,
     FIXTURES,
@@ -32,6 +32,7 @@ from tests.test_claude_code import (
     _proxy_error_answers,
     find_claude,
 )
+from tests.test_upstream_vertex import vertex_proxy
 from tests.upstream import message_json
 
 
@@ -95,3 +96,32 @@ def test_claude_code_through_the_proxy_to_bedrock_meets_no_400(
     sent_betas = {b for s in bedrock.seen if s.body for b in s.body.get("anthropic_beta", [])}
     assert "claude-code-20250219" not in sent_betas, context
     assert all(s.path.endswith("/invoke-with-response-stream") for s in main), context
+
+
+@pytest.mark.claude_code
+@pytest.mark.timeout(RUN_TIMEOUT + 60)
+def test_claude_code_through_the_proxy_to_vertex_meets_no_400(
+    vertex: FakeVertex, make_proxy: ProxyFactory, tmp_path: Path
+) -> None:
+    """The same on a Vertex upstream: FakeVertex refuses any beta Vertex does not list
+    ("Unsupported beta header") and a body ``model``; Claude Code's request must get through."""
+    claude = find_claude()
+    if claude is None:
+        pytest.skip("Claude Code CLI not found: set CLAUDE_BIN")
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    proxy = vertex_proxy(make_proxy, vertex, tmp_path)
+    proc = subprocess.run(
+        [claude, "-p", "Say hello.", "--output-format", "json"],
+        cwd=work, env=_clean_env(home, proxy.url), stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=RUN_TIMEOUT,
+    )  # fmt: skip
+    seen = [(s.path, s.headers.get("anthropic-beta")) for s in vertex.seen]
+    context = f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{seen}"
+    assert proc.returncode == 0, context
+    result = json.loads(proc.stdout)
+    assert result.get("is_error") is False, context
+    assert "Hello from fake Vertex" in result.get("result", ""), context
+    assert _proxy_error_answers(proxy) == [], context
+    assert vertex.seen and all(":streamRawPredict" in s.path or ":rawPredict" in s.path for s in vertex.seen), context

@@ -8,7 +8,6 @@ loopback: no internet); the fake accepts only the tokens it issued and has not e
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +15,11 @@ import anthropic
 import pytest
 
 from tests.conftest import ProxyFactory
-from tests.harness import LoopThread, ProxyServer
+from tests.harness import ProxyServer
 from tests.platform_fakes import FakeVertex
 
 MODEL = "claude-sonnet-4-5-20250929"
 CLIENT_KEY = "sk-ant-client-key-never-sent-to-google"
-
-
-@pytest.fixture
-def vertex(loop_thread: LoopThread) -> Iterator[FakeVertex]:
-    fake = FakeVertex()
-    loop_thread.run(fake.start())
-    yield fake
-    loop_thread.run(fake.stop())
 
 
 def vertex_proxy(
