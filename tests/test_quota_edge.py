@@ -18,7 +18,7 @@ import orjson
 import pytest
 import yaml
 
-from proxy.server.appkeys import METRICS, STORE
+from proxy.server.appkeys import METRICS, STORE, TENANCY
 from proxy.server.ledger import LEDGER
 from proxy.server.quota import QUOTA
 from tests.harness import LoopThread, ProxyServer
@@ -466,3 +466,30 @@ def test_a_keys_entry_must_name_one_of_the_tenants_own_keys(tmp_path: Path) -> N
     assert "key 'quota.keys[1].key_sha256': expected one of this policy's api_keys_sha256" in text  # globex's
     assert "key 'quota.keys[3].key_sha256': expected each key once, got a repeat" in text
     assert pasted not in text and sha(GLOBEX_KEY) not in text
+
+
+def test_a_client_gone_during_admission_gives_its_counts_back(
+    upstream: FakeUpstream, make_proxy: Any, tmp_path: Path, loop_thread: LoopThread
+) -> None:
+    """A request cancelled while the store counts its admission (the client went away: aiohttp
+    cancels the handler) must not keep its request and its output reservation: the store's
+    statement runs on, so what it added is taken back once it has."""
+    clock = Clock("2026-12-04T10:21:00")
+    proxy = limited(
+        make_proxy, tmp_path, {"requests_per_minute": 5, "output_tokens_per_minute": 1000}, clock
+    )
+    tenant = proxy.app[TENANCY].current.by_name("acme")
+    assert tenant is not None
+
+    async def cancelled_while_counting() -> None:
+        keeper = proxy.app[QUOTA]
+        admitting = asyncio.ensure_future(keeper.admit(tenant, {"x-api-key": ACME_KEY}, 300))
+        await asyncio.sleep(0)  # inside the store call now
+        admitting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await admitting
+
+    loop_thread.run(cancelled_while_counting())
+    loop_thread.run(asyncio.sleep(0.5))  # the statement ends; its give-back is queued and written
+    body = quota_json(proxy, loop_thread)
+    assert (used(body, "requests"), used(body, "output_tokens")) == (0, 0)

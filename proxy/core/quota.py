@@ -27,8 +27,9 @@ and :func:`decide` admits or refuses:
   upstream call ends (:func:`charge_of`, :func:`settlement`).
 
 The overshoot bound this gives (README, "Budgets and rate limits"): requests never; output tokens
-by at most what the proxy's own calls (summaries, retrieval rounds) produced for the requests in
-flight; input tokens and spend by at most what the requests in flight when the limit was reached
+by at most the reservation of the last request admitted under the limit (admission asks "under
+the limit before this request", as for tokens and spend) plus what the proxy's own calls
+(summaries, retrieval rounds) produced for the requests in flight; input tokens and spend by at most what the requests in flight when the limit was reached
 (and the proxy's calls made for them) used.
 
 Settlements go to the windows the request was admitted in, so a request counts in one window

@@ -31,6 +31,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from aiohttp import web
 
@@ -48,6 +49,9 @@ __all__ = ["QUOTA", "QUOTA_TICKET", "QuotaKeeper", "Ticket", "admit"]
 log = logging.getLogger("context_proxy.quota")
 
 SWEEP_EVERY_MS = 3_600_000  # windows that ended are deleted about once an hour per replica
+# settlements written at most this many counters a statement (6 parameters each: far under
+# PostgreSQL's and SQLite's parameter limits)
+FLUSH_ROWS = 500
 
 
 class Ticket:
@@ -112,16 +116,21 @@ class QuotaKeeper:
         key = key_id(headers) if quota.limits_keys else None
         now = self.now_ms()
         counters = admission(quota, key, now, max_tokens)
+        adding = asyncio.ensure_future(self.store.quota_add(tenant.name, counters))
         try:
-            values = await self.store.quota_add(tenant.name, counters)
+            values = await asyncio.shield(adding)
+        except asyncio.CancelledError:  # the client went away: what the store counted goes back
+            adding.add_done_callback(lambda done: self._give_back(tenant.name, counters, done))
+            raise
         except StoreError as exc:
             self.store.health.lost("budgets and rate limits", exc, "requests admitted unchecked")
             return None
         self._sweep(now)
         decision = decide(counters, values, now)
         if not decision.admitted:
-            taken = tuple(replace(c, delta=-c.delta) for c in counters if c.delta)
-            await self._add(tenant.name, taken)  # before answering: the next request sees it
+            taken = _negated(counters)
+            # before answering (the next request sees it), and whether or not the client waits
+            await asyncio.shield(self._add(tenant.name, taken))
             if self.metrics is not None:
                 for s in decision.refused:
                     self.metrics.quota_refusals.labels(tenant.name, s.counter.metric).inc()
@@ -134,6 +143,13 @@ class QuotaKeeper:
         return Ticket(self, tenant.name, counters, rate_headers(decision.standings))
 
     # -- background writes ----------------------------------------------------------------------
+
+    def _give_back(
+        self, tenant: str, counters: Sequence[Counter], added: asyncio.Future[Any]
+    ) -> None:
+        """An admission whose request was cancelled while the store counted it: taken back."""
+        if not added.cancelled() and added.exception() is None:
+            self.add_later(tenant, _negated(counters))
 
     def add_later(self, tenant: str, counters: Sequence[Counter]) -> None:
         if not counters:
@@ -154,7 +170,8 @@ class QuotaKeeper:
                 if c.delta:
                     tenants.setdefault(tenant, []).append(c)
             for tenant, counters in tenants.items():
-                await self._add(tenant, counters)
+                for at in range(0, len(counters), FLUSH_ROWS):  # within one statement's parameters
+                    await self._add(tenant, counters[at : at + FLUSH_ROWS])
 
     async def _add(self, tenant: str, counters: Sequence[Counter]) -> None:
         try:
@@ -207,3 +224,7 @@ async def admit(request: web.Request, route: str, body: Mapping[str, object]) ->
         return {}
     request[QUOTA_TICKET] = ticket
     return ticket.headers
+
+
+def _negated(counters: Sequence[Counter]) -> tuple[Counter, ...]:
+    return tuple(replace(c, delta=-c.delta) for c in counters if c.delta)

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from proxy.core.durable import FieldError, InvalidWrite
 from proxy.core.quota import METRICS, Counter
 from proxy.store.base import StoreBusy, StoreUnavailable, check_keys
+from proxy.store.health import Kind
 
 if TYPE_CHECKING:
     from proxy.store.health import StoreHealth
@@ -167,7 +168,9 @@ class SQLiteQuota:
 
     _quota_lane: _Lane | None = None
 
-    async def _quota(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _quota(
+        self, fn: Callable[[sqlite3.Connection], T], kind: Kind = "writes"
+    ) -> T:
         if self._closed:
             raise StoreUnavailable("the store is closed")
         lane = self._quota_lane
@@ -177,15 +180,15 @@ class SQLiteQuota:
         try:
             result = await asyncio.get_running_loop().run_in_executor(lane.executor, lane.call, fn)
         except StoreBusy:
-            self.health.ended("writes", started, None)
+            self.health.ended(kind, started, None)
             raise
         except StoreUnavailable as exc:
             if not self._closed:
-                self.health.ended("writes", started, exc)
+                self.health.ended(kind, started, exc)
             raise
         except RuntimeError:  # the executor was shut down by a concurrent close()
             raise StoreUnavailable("the store is closed") from None
-        self.health.ended("writes", started, None)
+        self.health.ended(kind, started, None)
         return result
 
     async def _close_quota(self) -> None:
@@ -215,7 +218,8 @@ class SQLiteQuota:
             lambda conn: tuple(
                 (str(r[0]), str(r[1]), int(r[2]), int(r[3]), int(r[4]))
                 for r in conn.execute(_CURRENT, params).fetchall()
-            )
+            ),
+            "reads",
         )
 
     async def delete_quota_before(self, cutoff_ms: int) -> int:
@@ -242,6 +246,8 @@ class PostgresQuota:
 
         async def _run(self, fn: Callable[[Any], Awaitable[T]]) -> T: ...
 
+        async def _read(self, fn: Callable[[Any], Awaitable[T]]) -> T: ...
+
     async def quota_add(
         self, tenant: str, counters: Sequence[Counter]
     ) -> dict[tuple[str, str, int], int]:
@@ -262,7 +268,7 @@ class PostgresQuota:
             found = await conn.fetch(_PG_CURRENT, tenant, int(now_ms), int(now_ms))
             return tuple((str(r[0]), str(r[1]), int(r[2]), int(r[3]), int(r[4])) for r in found)
 
-        return await self._run(job)
+        return await self._read(job)
 
     async def delete_quota_before(self, cutoff_ms: int) -> int:
         async def job(conn: Any) -> int:
