@@ -448,3 +448,21 @@ def test_concurrent_requests_keep_their_own_identity(
             assert span.attributes["context_proxy.agent"] == agents[session], span.name
     (round_span,) = receiver.named("context_proxy.retrieval.round")
     assert round_span.start_ns > fast.end_ns  # opened after the other request had come and gone
+
+
+def test_a_client_gone_while_the_provider_is_called_still_ends_the_call_span(
+    upstream: FakeUpstream, make_proxy: Any, receiver: OtlpReceiver
+) -> None:
+    """The client gives up before the provider's headers arrive (aiohttp cancels the handler):
+    the call's span is still ended and exported, marked with the cancellation."""
+    proxy = _traced(make_proxy, receiver.endpoint)
+    upstream.script(Reply(message_json("too late"), delay=3.0))
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(
+            f"{proxy.url}/v1/messages",
+            json={"model": "claude-gone", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+            headers={"x-api-key": KEY, "anthropic-version": "2023-06-01"},
+            timeout=0.5,
+        )
+    call = _wait(lambda: receiver.named("chat claude-gone"), "the call span")[0]
+    assert call.attributes["error.type"] == "CancelledError"

@@ -283,11 +283,15 @@ async def serve_messages(
         exc.headers = {**extra_headers, **prepared.headers, **exc.headers}
         call.record(exc.status, None, None)  # never reached the provider's answer: no usage
         raise
-    if prepared.counting is not None:  # counted while the provider worked: now reported
-        prepared = await service.settle(prepared)
-        extra_headers.update(prepared.headers)
-        result = prepared.result
+    except BaseException as exc:  # cancelled (the client went away): the call's span still ends
+        call_span.fail(type(exc).__name__)
+        call_span.end()
+        raise
     async with upstream:
+        if prepared.counting is not None:  # counted while the provider worked: now reported
+            prepared = await service.settle(prepared)
+            extra_headers.update(prepared.headers)
+            result = prepared.result
         sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
         tap = UsageTap(sse=sse)
         accumulate = recording or learn_from is not None

@@ -15,7 +15,7 @@ conventions (:mod:`proxy.core.genai`). Never an API key, an admin token or (unle
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from contextvars import ContextVar, Token
 from typing import Literal, Protocol
@@ -126,13 +126,3 @@ def identify(tenant: str, conversation: Conversation | None) -> None:
         tracer.identify(tenant, session, conversation.agent or None if conversation else None)
 
 
-@contextlib.contextmanager
-def ended(handle: Span) -> Iterator[Span]:
-    """``handle`` ended when the block ends (marked failed by an exception's type)."""
-    try:
-        yield handle
-    except BaseException as exc:
-        handle.fail(type(exc).__name__)
-        raise
-    finally:
-        handle.end()
