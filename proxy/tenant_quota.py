@@ -18,9 +18,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Literal, cast
 
 from proxy.config_schema import check, one_of
 from proxy.core.quota import Allowance, Quota
@@ -64,14 +64,8 @@ _HEX = re.compile(r"[0-9a-fA-F]{64}", re.ASCII)
 
 
 def _allowance(raw: AllowanceFile) -> Allowance:
-    period = cast(Literal["day", "month"], raw.budget_period)
-    return Allowance(
-        raw.requests_per_minute,
-        raw.input_tokens_per_minute,
-        raw.output_tokens_per_minute,
-        float(raw.budget_usd),
-        period,
-    )
+    """The policy's allowance as the core's (the same five fields, by name)."""
+    return Allowance(**{f.name: getattr(raw, f.name) for f in dataclasses.fields(Allowance)})
 
 
 def build_quota(

@@ -11,6 +11,7 @@ upstream calls were charged, across every replica.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -30,13 +31,7 @@ def _amount(metric: str, value: int) -> int | float:
 
 
 def _allowance_json(a: Allowance) -> dict[str, Any]:
-    return {
-        "requests_per_minute": a.requests_per_minute,
-        "input_tokens_per_minute": a.input_tokens_per_minute,
-        "output_tokens_per_minute": a.output_tokens_per_minute,
-        "budget_usd": a.budget_usd,
-        "budget_period": a.budget_period,
-    }
+    return dataclasses.asdict(a)
 
 
 def _entries(scope: str, allowance: Allowance, used: dict[tuple[str, str, int], int], now: int) -> list[dict[str, Any]]:
