@@ -639,7 +639,7 @@ atexit.register(dump)
 if opts.get("switch"):
     sys.setswitchinterval(opts["switch"])
 if opts.get("freeze"):
-    import proxy.cli, proxy.server.app
+    import proxy.cli.main, proxy.server.app
     from proxy.core.tokens import TokenCounter
     TokenCounter().count_text("warm up")
     gc.collect()
@@ -1496,7 +1496,7 @@ async def _sdk_probe(upstream_url: str, calls: int) -> dict[str, Any]:
     call for L4), as the proxy builds it, against the fake upstream; loop lateness per call."""
     from multidict import CIMultiDict, CIMultiDictProxy
 
-    from proxy.config import CompactionConfig
+    from proxy.config.settings import CompactionConfig
     from proxy.server.compaction.service import (
         CompactionService,  # imports anthropic, like the proxy at start
     )
@@ -1582,7 +1582,7 @@ def sdk_probe(upstream_url: str, calls: int) -> dict[str, Any]:
 
 GC_COST = """
 import gc, json, time
-import proxy.cli, proxy.server.app
+import proxy.cli.main, proxy.server.app
 from proxy.core.tokens import TokenCounter
 TokenCounter().count_text("warm up")
 gc.collect()

@@ -103,7 +103,7 @@ def rss():
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
 out = {"python": rss()}
-import proxy.server.app, proxy.cli
+import proxy.server.app, proxy.cli.main
 out["app_modules"] = rss()
 out["anthropic_loaded_at_start"] = "anthropic" in sys.modules
 if sys.argv[1] == "tokenizer":

@@ -48,7 +48,7 @@ if str(ROOT) not in sys.path:
 import aiohttp  # noqa: E402
 import orjson  # noqa: E402
 
-from proxy.config import parse_config  # noqa: E402
+from proxy.config.settings import parse_config  # noqa: E402
 from proxy.core.compaction import CompactionInput, Done, PlanCache, compact, finish  # noqa: E402
 from proxy.core.compaction.bridge import TranscriptNaming  # noqa: E402
 from proxy.core.compaction.retrieval import TOOL_NAME, offer_tool, plan_names_pointers  # noqa: E402
@@ -214,8 +214,8 @@ async def latency(n: int, warmup: int) -> dict[str, Any]:
 
 
 def share(threshold: int = 40_000) -> dict[str, Any]:
-    from proxy.compaction_policy import policy_from_config
-    from proxy.config import CompactionConfig
+    from proxy.config.compaction import policy_from_config
+    from proxy.config.settings import CompactionConfig
     from proxy.replay.readers import parse_messages_json
     from proxy.replay.runner import ExtractiveSummariser, request_units, shared_prefix_tokens
     from tests.shared_data import CC_TRANSCRIPT

@@ -29,8 +29,8 @@ import orjson
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from proxy.compaction_policy import limits_for, policy_from_config  # noqa: E402
-from proxy.config import CompactionConfig, SummaryConfig  # noqa: E402
+from proxy.config.compaction import limits_for, policy_from_config  # noqa: E402
+from proxy.config.settings import CompactionConfig, SummaryConfig  # noqa: E402
 from proxy.core.tokens import TokenCounter  # noqa: E402
 from proxy.replay.readers import load_conversation  # noqa: E402
 from proxy.replay.runner import ExtractiveSummariser, run_replay  # noqa: E402

@@ -1,4 +1,4 @@
-from proxy.cli import main
+from proxy.cli.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from proxy.config import Config, parse_config
+from proxy.config.settings import Config, parse_config
 from proxy.server.app import build_app
 from proxy.server.http.runner import make_runner
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from proxy.config import parse_config
+from proxy.config.settings import parse_config
 from proxy.core.durable import DurableState, Item
 from proxy.core.render import render_state
 from proxy.server.admin.routes import add_admin_routes
@@ -32,7 +32,7 @@ from proxy.sources.artifact_files import write_artifact
 from proxy.sources.pointer_resolver import PointerResolver
 from proxy.sources.resolver import SourceResolver
 from proxy.store import Store, TranscriptEvent, open_store
-from proxy.tenants import Tenant, load_tenancy
+from proxy.tenancy.tenants import Tenant, load_tenancy
 from tests.harness import LoopThread, ProxyServer, proxy_config
 from tests.upstream import FakeUpstream
 

@@ -9,8 +9,8 @@ import httpx2 as httpx
 import orjson
 import pytest
 
-from proxy.config import parse_config
-from proxy.config_schema import ConfigError
+from proxy.config.schema import ConfigError
+from proxy.config.settings import parse_config
 from proxy.server.messages import BODIES
 from tests.upstream import FakeUpstream
 

@@ -15,8 +15,8 @@ import httpx2 as httpx
 import orjson
 import pytest
 
-from proxy.config import Config, config_path_from_env, load_config
-from proxy.config_schema import ConfigError
+from proxy.config.schema import ConfigError
+from proxy.config.settings import Config, config_path_from_env, load_config
 from tests.harness import ListeningProcess
 from tests.upstream import FakeUpstream, Stream, text_stream_events
 

@@ -147,7 +147,7 @@ def test_opt_out_header_forwards_untouched(upstream: FakeUpstream, make_proxy: A
 def test_whether_compaction_runs_is_one_decision(enabled: bool, header: str | None, runs: bool) -> None:
     """The edge (whether the nesting check makes canonical JSON for compaction) and the service
     (whether it compacts) ask the same question."""
-    from proxy.config import CompactionConfig
+    from proxy.config.settings import CompactionConfig
     from proxy.server.compaction.service import compaction_runs
 
     headers = {} if header is None else {"x-compaction": header}

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
-from proxy.config import load_config, parse_config
-from proxy.config_schema import MAX_FILE_BYTES, ConfigError, parse_yaml, shown
+from proxy.config.schema import MAX_FILE_BYTES, ConfigError, parse_yaml, shown
+from proxy.config.settings import load_config, parse_config
 from tests.harness import ListeningProcess
 from tests.upstream import FakeUpstream
 

@@ -15,8 +15,8 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.compaction_policy import policy_from_config
-from proxy.config import CompactionConfig
+from proxy.config.compaction import policy_from_config
+from proxy.config.settings import CompactionConfig
 from proxy.core.compaction import CompactionInput, Done, PlanCache, compact
 from proxy.core.compaction.bound import tokens_at_most
 from proxy.core.compaction.digest import digests

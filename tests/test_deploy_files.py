@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from proxy.config import Config, load_config
-from proxy.tenants import load_tenancy
+from proxy.config.settings import Config, load_config
+from proxy.tenancy.tenants import load_tenancy
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLICAS = ("proxy-1", "proxy-2")

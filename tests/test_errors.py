@@ -296,7 +296,7 @@ def test_a_body_nested_too_deep_is_a_clear_400(upstream: FakeUpstream, proxy: Pr
 def test_an_unexpected_failure_is_an_anthropic_shaped_500(
     upstream: FakeUpstream, proxy: ProxyServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from proxy.redact import RedactingFilter
+    from proxy.logs.redact import RedactingFilter
     from proxy.server.appkeys import COMPACTION
 
     caplog.handler.addFilter(RedactingFilter())  # as ``serve`` installs it on its handlers

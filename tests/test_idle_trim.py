@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import Config
+from proxy.config.settings import Config
 from proxy.server.appkeys import ProxyState
 from proxy.server.http.metrics import new_metrics
 from proxy.server.ledger import LedgerRecorder

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.config import parse_config
+from proxy.config.settings import parse_config
 from proxy.core.ledger import (
     DEFAULT_PRICES,
     Price,
@@ -177,7 +177,7 @@ def test_prices_match_models_by_glob_with_the_configured_ones_first() -> None:
 
 
 def test_bad_price_config_is_refused_naming_the_key() -> None:
-    from proxy.config_schema import ConfigError
+    from proxy.config.schema import ConfigError
 
     with pytest.raises(ConfigError) as caught:
         parse_config({"prices": [{"model": "x", "cache_read": -2}, {"model": "y", "input": -1}]})

@@ -13,9 +13,9 @@ import anthropic
 import orjson
 import pytest
 
-from proxy.compaction_policy import limits_for, model_windows, policy_from_config
-from proxy.config import CompactionConfig, parse_config
-from proxy.config_schema import ConfigError
+from proxy.config.compaction import limits_for, model_windows, policy_from_config
+from proxy.config.schema import ConfigError
+from proxy.config.settings import CompactionConfig, parse_config
 from proxy.core.limits import (
     BETA_1M,
     DEFAULT_CONTEXT_WINDOW,

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from proxy.log_format import JsonFormatter, RepeatLimiter, TextFormatter, escape
-from proxy.redact import RedactingFilter
+from proxy.logs.formatting import JsonFormatter, RepeatLimiter, TextFormatter, escape
+from proxy.logs.redact import RedactingFilter
 from tests.harness import ListeningProcess
 from tests.upstream import FakeUpstream
 

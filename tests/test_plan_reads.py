@@ -18,7 +18,7 @@ from proxy.core.compaction.view import FromClient
 from proxy.server.appkeys import COMPACTION, STORE
 from proxy.server.compaction.plan_reads import AbsentPlans, PlanReads, anchor_of
 from proxy.store import StoreUnavailable, open_store
-from proxy.tenants import DEFAULT_TENANT
+from proxy.tenancy.tenants import DEFAULT_TENANT
 from tests.harness import LoopThread, ProxyServer
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 

@@ -14,7 +14,7 @@ import pytest
 from proxy.core.compaction import prefix_hashes
 from proxy.server.appkeys import COMPACTION, STORE
 from proxy.store import StoreUnavailable
-from proxy.tenants import DEFAULT_TENANT
+from proxy.tenancy.tenants import DEFAULT_TENANT
 from tests.harness import LoopThread, ProxyServer
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 

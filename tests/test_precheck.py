@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from proxy.compaction_policy import limits_for, policy_from_config
+from proxy.config.compaction import limits_for, policy_from_config
 from proxy.core.compaction.digest import Resent, digests
 from proxy.core.limits import BETA_1M, betas_of
 from proxy.server.appkeys import COMPACTION

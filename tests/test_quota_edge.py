@@ -326,8 +326,8 @@ def test_the_store_down_at_admission_lets_requests_through(
 
 
 def test_policy_keys_are_validated(tmp_path: Path) -> None:
-    from proxy.config import parse_config
-    from proxy.tenants import PolicyError, load_tenancy
+    from proxy.config.settings import parse_config
+    from proxy.tenancy.tenants import PolicyError, load_tenancy
 
     bad = {"requests_per_minute": -1, "budget_usd": "lots", "budget_period": "week"}
     config = parse_config(
@@ -371,9 +371,9 @@ def test_the_429_body_is_exactly_the_anthropic_shape(
 
 
 def test_the_example_policies_load_with_their_quota(tmp_path: Path) -> None:
-    from proxy.config import parse_config
+    from proxy.config.settings import parse_config
     from proxy.core.quota import Allowance
-    from proxy.tenants import load_tenancy
+    from proxy.tenancy.tenants import load_tenancy
 
     root = Path(__file__).resolve().parent.parent / "policies"
     config = parse_config({"auth": {"mode": "keys"}, "policies_dir": str(root), "state_dir": str(tmp_path)})
@@ -450,8 +450,8 @@ def test_a_key_listed_in_keys_has_its_own_allowance_instead_of_per_key(
 
 
 def test_a_keys_entry_must_name_one_of_the_tenants_own_keys(tmp_path: Path) -> None:
-    from proxy.config import parse_config
-    from proxy.tenants import PolicyError, load_tenancy
+    from proxy.config.settings import parse_config
+    from proxy.tenancy.tenants import PolicyError, load_tenancy
 
     pasted = "cpk-a-key-pasted-by-mistake-0001"
     quota = {"keys": [{"key_sha256": pasted, "requests_per_minute": 3}, {"key_sha256": sha(GLOBEX_KEY), "requests_per_minute": 3},

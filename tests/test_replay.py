@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.config import CompactionConfig, ReadToolConfig, SummaryConfig
+from proxy.config.settings import CompactionConfig, ReadToolConfig, SummaryConfig
 from proxy.core.compaction import DEFAULT_READ_TOOLS, CompactionPolicy, SummaryRequest
 from proxy.core.protocol import validate_messages
 from proxy.core.tokens import TokenCounter

@@ -7,10 +7,10 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
-from proxy.config import KindRetention, RetentionConfig, load_config, parse_config
-from proxy.config_schema import ConfigError
+from proxy.config.schema import ConfigError
+from proxy.config.settings import KindRetention, RetentionConfig, load_config, parse_config
 from proxy.server.maintenance.retention import RETENTION
-from proxy.tenants import PolicyError, load_tenancy
+from proxy.tenancy.tenants import PolicyError, load_tenancy
 from tests.conftest import ProxyFactory
 from tests.harness import LoopThread
 

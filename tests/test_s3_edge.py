@@ -13,11 +13,11 @@ import httpx2 as httpx
 import pytest
 import yaml
 
-from proxy.config import parse_config
+from proxy.config.settings import parse_config
 from proxy.core.durable import Create, Fact
 from proxy.server.appkeys import DURABLE, STORE
 from proxy.store.source_records import AuditQuery, list_audit
-from proxy.tenants import PolicyError, load_tenancy
+from proxy.tenancy.tenants import PolicyError, load_tenancy
 from tests.harness import LoopThread
 
 KEY = "sk-test"

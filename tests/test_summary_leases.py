@@ -22,7 +22,7 @@ from proxy.core.compaction import SummaryRequest
 from proxy.core.tokens import TokenCounter
 from proxy.server.appkeys import COMPACTION, METRICS, STORE
 from proxy.server.compaction.summaries import summary_key
-from proxy.tenants import DEFAULT_TENANT
+from proxy.tenancy.tenants import DEFAULT_TENANT
 from tests.harness import LoopThread, ProxyServer
 from tests.pg_server import fresh_schema
 from tests.upstream import FakeUpstream, Hang, RecordedRequest, Reply, message_json

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from proxy.config import Config, load_config, parse_config
-from proxy.config_schema import ConfigError
-from proxy.tenants import PolicyError, ProviderAuth, Tenancy, Tenant, load_tenancy
+from proxy.config.schema import ConfigError
+from proxy.config.settings import Config, load_config, parse_config
+from proxy.tenancy.tenants import PolicyError, ProviderAuth, Tenancy, Tenant, load_tenancy
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "sk-ant-provider-canary-0123456789"

@@ -1,4 +1,4 @@
-"""``tracing:`` and the standard ``OTEL_*`` variables (proxy/tracing_env.py, proxy/config.py):
+"""``tracing:`` and the standard ``OTEL_*`` variables (proxy/config/tracing_env.py, proxy/config/settings.py):
 which variables turn traces on, their units, what a key in the file overrides, what the proxy
 refuses to start with, and that a collector's credentials are never printed."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import TracingConfig, load_config, parse_config
-from proxy.config_schema import ConfigError
+from proxy.config.schema import ConfigError
+from proxy.config.settings import TracingConfig, load_config, parse_config
 
 
 def _tracing(env: dict[str, str], path: Path | None = None) -> TracingConfig:
@@ -112,7 +112,7 @@ def test_tracing_on_without_the_extra_is_a_config_error_naming_it(tmp_path: Path
 
     script = (
         "import sys; sys.modules['opentelemetry'] = None\n"
-        "from proxy.config import parse_config\nfrom proxy.config_schema import ConfigError\n"
+        "from proxy.config.settings import parse_config\nfrom proxy.config.schema import ConfigError\n"
         "from proxy.server.app import build_app\n"
         "try:\n"
         f"    build_app(parse_config({{'tracing': {{'enabled': True}}, 'state_dir': {str(tmp_path)!r}}}))\n"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.config import UpstreamTarget, parse_config
-from proxy.config_schema import ConfigError
-from proxy.tenants import PolicyError, load_tenancy
+from proxy.config.schema import ConfigError
+from proxy.config.settings import UpstreamTarget, parse_config
+from proxy.tenancy.tenants import PolicyError, load_tenancy
 
 
 @pytest.mark.parametrize(

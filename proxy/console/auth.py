@@ -14,7 +14,7 @@ from aiohttp import web
 from proxy.console.first_signin import OneTimeSignIn
 from proxy.console.sessions import ConsoleSessions, hash_listed
 from proxy.server.appkeys import TENANCY
-from proxy.tenants import Tenant
+from proxy.tenancy.tenants import Tenant
 
 __all__ = [
     "CONSOLE_FIRST_SIGNIN",

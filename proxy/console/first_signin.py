@@ -28,8 +28,8 @@ import hmac
 import ipaddress
 import secrets
 
-from proxy.config import ENV_ADMIN_TOKEN, ENV_ADMIN_TOKEN_SHA256
-from proxy.tenants import Tenancy, Tenant
+from proxy.config.settings import ENV_ADMIN_TOKEN, ENV_ADMIN_TOKEN_SHA256
+from proxy.tenancy.tenants import Tenancy, Tenant
 
 __all__ = [
     "OneTimeSignIn",

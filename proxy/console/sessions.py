@@ -31,7 +31,7 @@ _ID_BYTES = 32
 
 
 def token_hash(token: str) -> bytes:
-    """As the tenant policies hash admin tokens (``proxy.tenants``)."""
+    """As the tenant policies hash admin tokens (``proxy.tenancy.tenants``)."""
     return hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
 
 

@@ -22,8 +22,8 @@ import zlib
 
 import orjson
 
+from proxy.core.errors import InvalidRequest
 from proxy.core.model_ids import ModelIds
-from proxy.errors import InvalidRequest
 from proxy.formats.eventstream import CONTENT_TYPE, chunk_frame, exception_frame
 from proxy.formats.request import (
     PLATFORM_API_VERSION,

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import orjson
 
-from proxy.errors import sse_error_event
+from proxy.core.errors import sse_error_event
 from proxy.formats.eventstream import EventStreamError, FrameDecoder, chunk_event
 from proxy.formats.upstream_errors import bedrock_error_type
 

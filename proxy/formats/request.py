@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import msgspec
 import orjson
 
-from proxy.errors import InvalidRequest
+from proxy.core.errors import InvalidRequest
 
 _MEMBERS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 # what the platforms carry in the body and the Messages API in headers

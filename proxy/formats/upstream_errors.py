@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from proxy.errors import error_body
+from proxy.core.errors import error_body
 
 # The Anthropic error type of each HTTP status (the SDK's status table).
 _BY_STATUS = {

@@ -11,8 +11,8 @@ encoder is the identity.
 
 from __future__ import annotations
 
+from proxy.core.errors import NotFound
 from proxy.core.model_ids import ModelIds
-from proxy.errors import NotFound
 from proxy.formats.request import (
     Decoded,
     betas_of,

@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proxy.compaction_policy import policy_from_config
-from proxy.config import SummaryConfig
+from proxy.config.compaction import policy_from_config
+from proxy.config.settings import SummaryConfig
 from proxy.core.compaction import (
     CompactionInput,
     CompactionPolicy,

@@ -16,12 +16,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from proxy.compaction_policy import model_windows, thinking_overrides
-from proxy.config import Config
-from proxy.config_schema import ConfigError
+from proxy.config.compaction import model_windows, thinking_overrides
+from proxy.config.schema import ConfigError
+from proxy.config.settings import Config
 from proxy.console.routes import add_console_routes
-from proxy.core.reparse import BodyMemo
-from proxy.errors import (
+from proxy.core.errors import (
     AuthenticationFailed,
     NotFound,
     Overloaded,
@@ -29,6 +28,7 @@ from proxy.errors import (
     error_body,
     new_request_id,
 )
+from proxy.core.reparse import BodyMemo
 from proxy.server.admin.routes import add_admin_routes
 from proxy.server.appkeys import (
     COMPACTION,
@@ -62,7 +62,7 @@ from proxy.server.relay.forward import Forwarder
 from proxy.server.upstream.platforms import CURRENT, Platforms, UpstreamPlatform, model_ids_of
 from proxy.sources.resolver import SourceResolver
 from proxy.store import open_store
-from proxy.tenants import load_tenancy
+from proxy.tenancy.tenants import load_tenancy
 
 log = logging.getLogger("context_proxy.app")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from proxy.config import Config
+from proxy.config.settings import Config
 from proxy.server.compaction.service import CompactionService
 from proxy.server.compaction.thinking import ThinkingGuard
 from proxy.server.context.durable import DurableContext
@@ -20,7 +20,7 @@ from proxy.server.upstream.platforms import Platforms
 from proxy.sources.checks import SourceChecks
 from proxy.sources.resolver import SourceResolver
 from proxy.store.base import Store
-from proxy.tenants import Tenancy, Tenant
+from proxy.tenancy.tenants import Tenancy, Tenant
 
 ReadinessCheck = Callable[[], Awaitable[bool]]
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from proxy.config import Config, PriceConfig
+from proxy.config.settings import Config, PriceConfig
 from proxy.core.durable import InvalidWrite
 from proxy.core.ledger import Kind, LedgerEntry, Price, PriceTable, ProviderNotes, Usage, billing
 from proxy.server.http.metrics import Metrics

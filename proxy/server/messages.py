@@ -20,11 +20,11 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from proxy.core.conversation import Conversation
+from proxy.core.errors import InvalidRequest, ProxyError, RequestTooLarge
 from proxy.core.nesting import MAX_DEPTH, check_nesting
 from proxy.core.protocol import scan_messages
 from proxy.core.reparse import BodyMemo, Parsed
 from proxy.core.thinking import BINDING_BETA
-from proxy.errors import InvalidRequest, ProxyError, RequestTooLarge
 from proxy.server.appkeys import (
     COMPACTION,
     CONFIG,

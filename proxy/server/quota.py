@@ -5,7 +5,7 @@ anything is sent upstream (the durable read, compaction and its summary calls co
 tenant without a ``quota`` costs one attribute test; otherwise one store statement increments and
 reads every counter of the request (``proxy.store.quota``), and :func:`proxy.core.quota.decide`
 admits it (a :class:`Ticket`, whose headers go on the answer) or refuses it
-(:class:`proxy.errors.RateLimited`: 429, after taking its increments back). A stream already
+(:class:`proxy.core.errors.RateLimited`: 429, after taking its increments back). A stream already
 running is never cut: nothing is checked after the upstream call.
 
 Every upstream call made for an admitted request is charged to its ticket as it is recorded in
@@ -35,14 +35,14 @@ from typing import Any
 
 from aiohttp import web
 
+from proxy.core.errors import RateLimited
 from proxy.core.ledger import PriceTable
 from proxy.core.provider_usage import Usage
 from proxy.core.quota import Counter, admission, charge_of, decide, rate_headers, settlement
-from proxy.errors import RateLimited
 from proxy.server.appkeys import REQUEST_TENANT
 from proxy.server.http.metrics import Metrics
 from proxy.store.base import Store, StoreError
-from proxy.tenants import Tenant, key_id
+from proxy.tenancy.tenants import Tenant, key_id
 
 __all__ = ["QUOTA", "QUOTA_TICKET", "QuotaKeeper", "Ticket", "admit"]
 

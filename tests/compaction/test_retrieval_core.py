@@ -239,8 +239,8 @@ def test_a_malformed_stored_range_is_refused(bad: Any) -> None:
 
 
 def test_the_retrieval_keys_are_validated_with_their_names() -> None:
-    from proxy.config import parse_config
-    from proxy.config_schema import ConfigError
+    from proxy.config.schema import ConfigError
+    from proxy.config.settings import parse_config
 
     config = parse_config({"compaction": {"retrieval": {"max_rounds": 5, "enabled": False}}}, "c.yaml")
     assert config.compaction.retrieval.max_rounds == 5 and not config.compaction.retrieval.enabled

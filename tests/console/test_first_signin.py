@@ -1,4 +1,4 @@
-"""The console and the admin API out of the box (proxy/console/first_signin.py, proxy/config.py):
+"""The console and the admin API out of the box (proxy/console/first_signin.py, proxy/config/settings.py):
 
 * ``serve`` with no policy file, on a terminal (a real pty): one line with a one-time sign-in
   link; the link signs a real browser in (the token leaves the address bar, reaches no log), works
@@ -29,10 +29,10 @@ import pytest
 import yaml
 from playwright.sync_api import expect
 
-from proxy.config import AuthConfig, admin_tokens_from_env
-from proxy.config_schema import ConfigError
+from proxy.config.schema import ConfigError
+from proxy.config.settings import AuthConfig, admin_tokens_from_env
 from proxy.console.first_signin import OneTimeSignIn, signin_link, tenant_without_admin_token
-from proxy.tenants import load_tenancy
+from proxy.tenancy.tenants import load_tenancy
 from tests.console.browser import Watched, screenshot
 from tests.harness import proxy_config
 from tests.test_cli import ServeProcess

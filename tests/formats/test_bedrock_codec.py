@@ -11,8 +11,8 @@ from botocore.eventstream import EventStreamBuffer
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.core.errors import InvalidRequest, NotFound
 from proxy.core.model_ids import ModelIds
-from proxy.errors import InvalidRequest, NotFound
 from proxy.formats import bedrock, vertex
 from proxy.formats.request import merge_betas
 

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.config import ArtifactRetention, KindRetention, RetentionConfig, parse_config
+from proxy.config.settings import ArtifactRetention, KindRetention, RetentionConfig, parse_config
 from proxy.core.durable import Create, Fact
 from proxy.core.ledger import LedgerEntry
 from proxy.server.maintenance.retention import DAY, GcMetrics, RetentionService, iso
@@ -26,7 +26,7 @@ from proxy.store import Store, TranscriptEvent, open_store
 from proxy.store.retention import backend_for
 from proxy.store.source_records import AuditQuery, AuditRow, append_audit, list_audit
 from proxy.store.usage import UsageQuery
-from proxy.tenants import DEFAULT_TENANT, Tenancy, load_tenancy
+from proxy.tenancy.tenants import DEFAULT_TENANT, Tenancy, load_tenancy
 
 NOW = time.time()
 OK = '{"kind": "plan"}'

@@ -14,11 +14,11 @@ from datetime import UTC, datetime
 import orjson
 from aiohttp import web
 
+from proxy.core.errors import InvalidRequest
 from proxy.core.pointers import is_valid_session_id
-from proxy.errors import InvalidRequest
 from proxy.server.appkeys import SOURCE_CHECKS, STORE
 from proxy.store.source_records import MAX_AUDIT_LIMIT, AuditQuery, list_audit
-from proxy.tenants import Tenant
+from proxy.tenancy.tenants import Tenant
 
 __all__ = ["get_audit"]
 

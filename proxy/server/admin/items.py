@@ -41,11 +41,11 @@ from proxy.core.durable import (
     validate_changes,
     validate_item,
 )
-from proxy.errors import NotFound
+from proxy.core.errors import NotFound
 from proxy.server.admin.wire import PREFIX, failed, json_object, json_response, session_of
 from proxy.server.appkeys import STORE
 from proxy.store.base import Store
-from proxy.tenants import Tenant
+from proxy.tenancy.tenants import Tenant
 
 __all__ = [
     "KIND_PATHS",

@@ -21,7 +21,7 @@ from aiohttp import web
 from proxy.core.quota import METRICS, NANO_USD, TENANT_SCOPE, Allowance, iso_ms, window_of
 from proxy.server.appkeys import STORE
 from proxy.server.quota import QUOTA
-from proxy.tenants import Tenant
+from proxy.tenancy.tenants import Tenant
 
 __all__ = ["get_quota"]
 

@@ -66,14 +66,14 @@ from proxy.core.durable import (
     Item,
     change_to_json,
 )
-from proxy.core.render import render_state
-from proxy.errors import (
+from proxy.core.errors import (
     AuthenticationFailed,
     InvalidRequest,
     NotFound,
     ProxyError,
     new_request_id,
 )
+from proxy.core.render import render_state
 from proxy.server.admin.audit import get_audit
 from proxy.server.admin.items import (
     KIND_PATTERN,
@@ -101,7 +101,7 @@ from proxy.server.admin.wire import (
 from proxy.server.appkeys import ADMIN_REQUEST_ID, RESOLVER, SOURCE_CHECKS, STORE, TENANCY
 from proxy.sources.checks import SourceChecks
 from proxy.store.base import HistoryEntry, StoreError
-from proxy.tenants import Tenant
+from proxy.tenancy.tenants import Tenant
 
 __all__ = ["add_admin_routes"]
 

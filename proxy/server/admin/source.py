@@ -20,10 +20,10 @@ import logging
 import orjson
 from aiohttp import web
 
+from proxy.core.errors import InvalidRequest, NotFound, ProxyError
 from proxy.core.pointers import MAX_POINTER_LENGTH, is_valid_session_id
-from proxy.errors import InvalidRequest, NotFound, ProxyError
 from proxy.server.appkeys import ADMIN_REQUEST_ID, SOURCE_CHECKS, STORE
-from proxy.tenants import Tenant
+from proxy.tenancy.tenants import Tenant
 
 __all__ = ["MAX_CONTENT_CHARS", "get_source"]
 

@@ -21,14 +21,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from proxy.core.errors import InvalidRequest
 from proxy.core.pointers import is_valid_agent_id
-from proxy.errors import InvalidRequest
 from proxy.server.admin.wire import SESSION_NOT_FOUND, require_session, session_of
 from proxy.server.appkeys import STORE
 from proxy.sources.transcript_records import record_sha256
 from proxy.store.agents import AgentRecord
 from proxy.store.base import RecordedEvent
-from proxy.tenants import Tenant
+from proxy.tenancy.tenants import Tenant
 
 __all__ = [
     "DEFAULT_TRANSCRIPT_LIMIT",

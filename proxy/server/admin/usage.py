@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from proxy.core.errors import InvalidRequest
 from proxy.core.ledger import (
     KINDS,
     PriceTable,
@@ -39,7 +40,6 @@ from proxy.core.ledger import (
     total_input,
 )
 from proxy.core.pointers import is_valid_session_id
-from proxy.errors import InvalidRequest
 from proxy.server.appkeys import CONFIG, STORE
 from proxy.server.ledger import LEDGER, price_table
 from proxy.store.usage import (
@@ -50,7 +50,7 @@ from proxy.store.usage import (
     UsageRow,
     iso_of_ms,
 )
-from proxy.tenants import Tenant
+from proxy.tenancy.tenants import Tenant
 
 __all__ = ["usage_routes"]
 

@@ -11,8 +11,7 @@ import orjson
 from aiohttp import web
 
 from proxy.core.durable import FieldError
-from proxy.core.pointers import is_valid_session_id
-from proxy.errors import (
+from proxy.core.errors import (
     InvalidRequest,
     NotFound,
     ProxyError,
@@ -20,9 +19,10 @@ from proxy.errors import (
     ValidationFailed,
     error_body,
 )
+from proxy.core.pointers import is_valid_session_id
 from proxy.server.relay.forward import read_limited
 from proxy.store.base import Store
-from proxy.tenants import Tenant
+from proxy.tenancy.tenants import Tenant
 
 __all__ = [
     "MAX_BODY_BYTES",

@@ -18,8 +18,8 @@ from typing import Any, ParamSpec
 import orjson
 from multidict import CIMultiDictProxy
 
-from proxy.compaction_policy import limits_for, policy_from_config
-from proxy.config import CompactionConfig
+from proxy.config.compaction import limits_for, policy_from_config
+from proxy.config.settings import CompactionConfig
 from proxy.core.compaction import (
     CompactionInput,
     CompactionOutcome,
@@ -40,9 +40,9 @@ from proxy.core.compaction.provider import COMPACT_BETA, leads_with_compaction
 from proxy.core.compaction.retrieval import offer_tool, plan_names_pointers
 from proxy.core.conversation import Conversation
 from proxy.core.durable import InvalidWrite
+from proxy.core.errors import PromptTooLong
 from proxy.core.limits import Limits, ModelWindow, betas_of
 from proxy.core.tokens import Calibration, Canonical, TokenCounter
-from proxy.errors import PromptTooLong
 from proxy.server.compaction.counting import Counting, count_while_forwarding, with_digests
 from proxy.server.compaction.naming import transcript_sequences
 from proxy.server.compaction.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of

@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from proxy.config import CompactionConfig
+from proxy.config.settings import CompactionConfig
 from proxy.core.compaction import SummaryRequest
 from proxy.core.compaction.provider import COMPACT_BETA, CompactionCall, block_of_answer
 from proxy.core.durable import InvalidWrite

@@ -30,7 +30,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from proxy.errors import ProxyError
+from proxy.core.errors import ProxyError
 from proxy.server.ledger import CALL_CONTEXT, now_ms, record_upstream_call
 from proxy.server.relay.call_span import end_call, start_call
 from proxy.server.upstream.platforms import CURRENT, UpstreamPlatform

@@ -40,10 +40,10 @@ from proxy.core.compaction.truncate import artifact_of
 from proxy.core.compaction.view import blocks_of
 from proxy.core.conversation import Conversation
 from proxy.core.durable import InvalidWrite
+from proxy.core.errors import InvalidRequest
 from proxy.core.event_keys import answer_key, message_key
 from proxy.core.pointers import is_valid_agent_id, is_valid_session_id
 from proxy.core.render import render_state, render_unavailable
-from proxy.errors import InvalidRequest
 from proxy.server.http import spans
 from proxy.sources.checks import SourceChecks
 from proxy.sources.object_store import ObjectStoreError

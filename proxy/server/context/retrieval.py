@@ -40,7 +40,7 @@ import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
-from proxy.config import RetrievalConfig
+from proxy.config.settings import RetrievalConfig
 from proxy.core.compaction.retrieval import (
     BadCall,
     artifact_text,
@@ -52,8 +52,8 @@ from proxy.core.compaction.retrieval import (
     sum_usage,
 )
 from proxy.core.conversation import Conversation
+from proxy.core.errors import UpstreamTimeout, UpstreamUnavailable, new_request_id, sse_error_event
 from proxy.core.pointers import ArtifactPointer, BadPointer, TranscriptPointer, parse_pointer
-from proxy.errors import UpstreamTimeout, UpstreamUnavailable, new_request_id, sse_error_event
 from proxy.server.http import spans
 from proxy.server.relay.answer import client_response
 from proxy.server.relay.call_span import start_call

@@ -13,7 +13,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
 from multidict import CIMultiDict
 
-from proxy.errors import error_body
+from proxy.core.errors import error_body
 from proxy.formats import bedrock
 
 _AWS_REQUEST_ID = "x-amzn-RequestId"

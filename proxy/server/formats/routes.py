@@ -18,8 +18,8 @@ import time
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from proxy.core.errors import NotFound
 from proxy.core.model_ids import ModelIds
-from proxy.errors import NotFound
 from proxy.formats import bedrock, vertex
 from proxy.formats.request import Decoded, merge_betas
 from proxy.server.appkeys import CONFIG

@@ -19,7 +19,7 @@ connection is busy with a request, the new one. A request in progress is never c
 
 A malformed request (not HTTP, a bad header line) gets one Anthropic-shaped ``400`` and one log
 line (no traceback). Log lines about connections are limited per kind per second
-(:class:`proxy.log_format.RepeatLimiter`); what is held back is reported as one
+(:class:`proxy.logs.formatting.RepeatLimiter`); what is held back is reported as one
 "N similar ... suppressed" line.
 """
 
@@ -35,9 +35,9 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
 
-from proxy.config import Config
-from proxy.errors import error_body, new_request_id
-from proxy.log_format import RepeatLimiter, escape
+from proxy.config.settings import Config
+from proxy.core.errors import error_body, new_request_id
+from proxy.logs.formatting import RepeatLimiter, escape
 from proxy.server.http.metrics import Metrics
 
 log = logging.getLogger("context_proxy.connections")

@@ -14,8 +14,8 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-from proxy.config import Config
-from proxy.config_schema import ConfigError
+from proxy.config.schema import ConfigError
+from proxy.config.settings import Config
 from proxy.console.auth import CONSOLE_FIRST_SIGNIN
 from proxy.console.first_signin import (
     announcement,
@@ -23,12 +23,12 @@ from proxy.console.first_signin import (
     signin_link,
     tenant_without_admin_token,
 )
-from proxy.log_format import escape
+from proxy.logs.formatting import escape
 from proxy.server.app import build_app
 from proxy.server.appkeys import CONFIG, FORWARDER, METRICS, STATE, TENANCY
 from proxy.server.http.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
 from proxy.server.maintenance.idle_trim import release_when_idle
-from proxy.tenants import load_tenancy
+from proxy.tenancy.tenants import load_tenancy
 
 log = logging.getLogger("context_proxy.runner")
 

@@ -7,7 +7,7 @@ One server span per ``/v1/*`` request (``POST /v1/messages``), continuing the W3
 ``traceparent`` the client sent (the provider is parent-based always-on: a parent that was not
 sampled is not recorded either). The edge's modules open its children through ``spans``. The
 provider is the app's own (never the process-global one: tests run many apps in one process), so
-is its exporter: every value comes from ``Config.tracing`` (``proxy.config`` read the
+is its exporter: every value comes from ``Config.tracing`` (``proxy.config.settings`` read the
 ``OTEL_*`` variables); nothing here reads the environment. Spans leave through
 :class:`~proxy.server.http.span_export.BoundedExport`: a full queue or a failing collector drops
 spans, counted in ``/metrics``, never waited on.
@@ -35,12 +35,12 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from proxy.config import TracingConfig
+from proxy.config.settings import TracingConfig
+from proxy.config.tracing_env import parse_pairs
 from proxy.server.appkeys import CONFIG, METRICS, REQUEST_TENANT
 from proxy.server.http import spans
 from proxy.server.http.metrics import Metrics
 from proxy.server.http.span_export import BoundedExport
-from proxy.tracing_env import parse_pairs
 
 log = logging.getLogger("context_proxy.tracing")
 

@@ -49,14 +49,14 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from proxy.config import ArtifactRetention, KindRetention, RetentionConfig
+from proxy.config.settings import ArtifactRetention, KindRetention, RetentionConfig
 from proxy.core.compaction.bridge import TranscriptRange
 from proxy.core.pointers import ArtifactPointer, TranscriptPointer, parse_pointer
 from proxy.server.appkeys import CONFIG, METRICS, STORE, TENANCY
 from proxy.sources.layout import TOOL_RESULTS_DIR
 from proxy.store.base import Store, StoreError
 from proxy.store.retention import RetentionBackend, backend_for
-from proxy.tenants import Tenancy
+from proxy.tenancy.tenants import Tenancy
 
 __all__ = ["COLLECTORS", "RETENTION", "GcMetrics", "RetentionService", "RunReport", "retention_ctx"]
 

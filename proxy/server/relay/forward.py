@@ -20,7 +20,7 @@ from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
-from proxy.errors import (
+from proxy.core.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
     new_request_id,

@@ -19,7 +19,7 @@ import datetime
 from collections.abc import Mapping
 from typing import Any
 
-from proxy.errors import UpstreamUnavailable
+from proxy.core.errors import UpstreamUnavailable
 
 REFRESH_MARGIN = datetime.timedelta(minutes=5)
 GOOGLE_SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)

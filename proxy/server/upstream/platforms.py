@@ -35,9 +35,9 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from proxy.config import ModelIdConfig, UpstreamTarget
+from proxy.config.settings import ModelIdConfig, UpstreamTarget
+from proxy.core.errors import InvalidRequest, NotFound, error_body, new_request_id
 from proxy.core.model_ids import ModelId, ModelIds
-from proxy.errors import InvalidRequest, NotFound, error_body, new_request_id
 from proxy.formats import bedrock_upstream as bedrock
 from proxy.formats import vertex_upstream as vertex
 from proxy.formats.bridging import Bridged, Bridging, betas_of, bridge

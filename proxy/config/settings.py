@@ -5,8 +5,8 @@ errors that name the file, the key and what was expected. The environment is rea
 :func:`config_path_from_env` (which file), :func:`admin_tokens_from_env` (an admin token for
 the passthrough tenant: ``Config.admin_token_hashes``, never a file key) and
 :func:`tracing_from_env` (the standard ``OTEL_*`` variables under ``tracing:``), when ``serve`` starts;
-tenant policies read the variables they name in :func:`proxy.tenants.load_tenancy`. How a file is
-read and a section built and checked is :mod:`proxy.config_schema`; the sections are here.
+tenant policies read the variables they name in :func:`proxy.tenancy.tenants.load_tenancy`. How a file is
+read and a section built and checked is :mod:`proxy.config.schema`; the sections are here.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from proxy.config_schema import (
+from proxy.config.schema import (
     ConfigError,
     build_section,
     check,
@@ -33,9 +33,9 @@ from proxy.config_schema import (
     read_yaml,
     store_url,
 )
+from proxy.config.tracing_env import parse_pairs, sdk_disabled, tracing_values
 from proxy.core.limits import limit_problem
 from proxy.formats.bridging import path_problem
-from proxy.tracing_env import parse_pairs, sdk_disabled, tracing_values
 
 ENV_CONFIG = "CONTEXT_PROXY_CONFIG"
 # An admin token for the passthrough tenant (the admin API and the console), as the token itself
@@ -258,7 +258,7 @@ class ModelIdConfig:
 @dataclass(frozen=True, slots=True)
 class LoggingConfig:
     level: str = field(default="INFO", metadata=check(one_of("DEBUG", "INFO", "WARNING", "ERROR", fold=True)))
-    # text, or json: one JSON object per line (proxy/log_format.py)
+    # text, or json: one JSON object per line (proxy/logs/formatting.py)
     format: str = field(default="text", metadata=check(one_of("text", "json")))
 
 
@@ -346,7 +346,7 @@ def _pairs(value: str) -> str | None:
 @dataclass(frozen=True, slots=True)
 class TracingConfig:
     # OpenTelemetry traces over OTLP/HTTP (protobuf); off unless configured here or by the
-    # standard OTEL_* variables (proxy/tracing_env.py; a key in this file wins over a variable).
+    # standard OTEL_* variables (proxy/config/tracing_env.py; a key in this file wins over a variable).
     enabled: bool = False
     endpoint: str = field(default="http://localhost:4318/v1/traces", metadata=check(http_url))
     # Sent with every export (a collector's credentials): ``k1=v1,k2=v2``; never printed.
@@ -472,7 +472,7 @@ def load_config(
 
 def tracing_from_env(environ: Mapping[str, str] | None = None) -> Config:
     """The defaults with the ``tracing:`` values the standard ``OTEL_*`` variables give
-    (:mod:`proxy.tracing_env`); :class:`ConfigError` for a variable the proxy cannot honour."""
+    (:mod:`proxy.config.tracing_env`); :class:`ConfigError` for a variable the proxy cannot honour."""
     env = os.environ if environ is None else environ
     values, problems = tracing_values(env)
     errors: list[str] = []

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from proxy import redact
+from proxy.logs import redact
 
 # C0 (but TAB), DEL, C1, U+2028/2029 (line/paragraph separators), bidi embeddings/overrides and
 # isolates, the BOM / zero-width no-break space.

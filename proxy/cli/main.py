@@ -7,9 +7,10 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from proxy import admin_cli, log_format
-from proxy.config import admin_tokens_from_env, config_path_from_env, load_config
-from proxy.config_schema import ConfigError
+from proxy.cli import admin as admin_cli
+from proxy.config.schema import ConfigError
+from proxy.config.settings import admin_tokens_from_env, config_path_from_env, load_config
+from proxy.logs import formatting as log_format
 
 
 def _setup_logging(level: str, fmt: str = "text") -> None:
@@ -38,7 +39,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    from proxy.tenants import load_tenancy
+    from proxy.tenancy.tenants import load_tenancy
 
     try:
         config = load_config(args.path)
@@ -87,7 +88,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         line = " ".join(str(exc).split()) or type(exc).__name__
         print(f"replay: {line}", file=sys.stderr)
         return 2
-    from proxy.compaction_policy import limits_for, model_windows
+    from proxy.config.compaction import limits_for, model_windows
 
     # the limits of the conversation's model, as the edge resolves them per request
     limits = limits_for(
@@ -146,8 +147,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo_upstream(args: argparse.Namespace) -> int:
-    """A fake provider for demos (never calls out): see :mod:`proxy.demo_upstream`."""
-    from proxy.demo_upstream import serve as serve_demo
+    """A fake provider for demos (never calls out): see :mod:`proxy.demo.upstream`."""
+    from proxy.demo.upstream import serve as serve_demo
 
     _setup_logging("INFO")
     asyncio.run(serve_demo(args.host, args.port))

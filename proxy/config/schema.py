@@ -1,8 +1,8 @@
 """How a configuration file is read and checked, whatever its sections: bounded YAML (size, alias
 expansion, nesting), frozen dataclasses built key by key with every problem named (file, key,
 what was expected; a secret-bearing key's value never printed), and the field checks sections use
-(``field(metadata=check(positive))``). The sections themselves are :mod:`proxy.config` (the
-proxy's) and :mod:`proxy.tenants` (a policy's).
+(``field(metadata=check(positive))``). The sections themselves are :mod:`proxy.config.settings` (the
+proxy's) and :mod:`proxy.tenancy.tenants` (a policy's).
 """
 
 from __future__ import annotations
@@ -123,8 +123,14 @@ def store_url(value: str) -> str | None:
     return None
 
 
-def check(fn: Any) -> dict[str, Any]:
-    return {"check": fn}
+def check(fn: Any, doc: str = "") -> dict[str, Any]:
+    """A field's metadata: the check its value must pass (and, with ``doc``, its description)."""
+    return {"check": fn, "doc": doc} if doc else {"check": fn}
+
+
+def doc(text: str) -> dict[str, Any]:
+    """A field's metadata: its description (the configuration reference is made from it)."""
+    return {"doc": text}
 
 
 def one_of(*choices: str, fold: bool = False) -> Callable[[str], str | None]:

@@ -22,7 +22,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from proxy.config_schema import check, one_of
+from proxy.config.schema import check, one_of
 from proxy.core.quota import Allowance, Quota
 
 __all__ = ["QuotaFile", "build_quota"]

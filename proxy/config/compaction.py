@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from proxy.config import CompactionConfig, ModelConfig
+from proxy.config.settings import CompactionConfig, ModelConfig
 from proxy.core.compaction import (
     DEFAULT_READ_TOOLS,
     DEFAULT_SUMMARY_PROMPT,

@@ -1,6 +1,6 @@
 """The standard ``OTEL_*`` environment variables, as ``tracing:`` config values (pure).
 
-:func:`proxy.config.load_config` reads the environment (only there) and hands it to
+:func:`proxy.config.settings.load_config` reads the environment (only there) and hands it to
 :func:`tracing_values`; what it returns is the base the file's ``tracing:`` section is laid over
 (a key in the file wins over the variable). Only what the proxy's exporter can do is accepted:
 OTLP over HTTP with protobuf; any other exporter or protocol is a start-up error, not a silent

@@ -10,7 +10,7 @@ server swaps its one reference, so a request keeps the value it started with.
   credentials go upstream untouched. With no policy file it is the built-in tenant ``default``;
   with exactly one policy file, that file describes it (for admin tokens, source roots, compaction
   overrides). Two or more files are an error. ``Config.admin_token_hashes`` (the environment's
-  admin token, ``proxy.config.admin_tokens_from_env``) are added to its admin tokens.
+  admin token, ``proxy.config.settings.admin_tokens_from_env``) are added to its admin tokens.
 * ``keys``: clients send a proxy-issued key (``x-api-key``, else ``Authorization: Bearer``); its
   SHA-256 is compared, in constant time, with every stored hash of every tenant. No match is
   ``None`` here and a 401 ``authentication_error`` at the edge.
@@ -34,7 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from proxy.config import (
+from proxy.config.schema import ConfigError, bounded_lines, build_section, read_yaml, shown
+from proxy.config.settings import (
     CompactionConfig,
     Config,
     RetentionConfig,
@@ -42,12 +43,11 @@ from proxy.config import (
     check_compaction,
     target_of,
 )
-from proxy.config_schema import ConfigError, bounded_lines, build_section, read_yaml, shown
 from proxy.core.pointers import KINDS, is_valid_component
 from proxy.core.quota import Quota
 from proxy.sources.policy import SourcePolicy
-from proxy.tenant_quota import QuotaFile, build_quota
-from proxy.tenant_sources import (
+from proxy.tenancy.quota import QuotaFile, build_quota
+from proxy.tenancy.sources import (
     NO_OBJECT_STORE,
     NO_SIGNING,
     ObjectStoreFile,
@@ -274,7 +274,7 @@ class _SourcesFile:
     # "" = the default: <state_dir>/tenants/<name>/<kind>s (keys) or <state_dir>/sources/<kind>s
     transcript_root: str = field(default="", metadata={"check": _absolute})
     artifact_root: str = field(default="", metadata={"check": _absolute})
-    # Artifacts on an S3-compatible store, and manifest signing keys (proxy.tenant_sources).
+    # Artifacts on an S3-compatible store, and manifest signing keys (proxy.tenancy.sources).
     object_store: ObjectStoreFile = NO_OBJECT_STORE
     signing: SigningFile = NO_SIGNING
 
@@ -353,7 +353,7 @@ def load_tenancy(
         return Tenancy("keys", tuple(loaded), None)
     default = loaded[0] if loaded else _builtin_default(config, state_dir)
     extra = tuple(h for h in config.admin_token_hashes if h not in default.admin_token_hashes)
-    if extra:  # the environment's admin token (proxy.config.admin_tokens_from_env)
+    if extra:  # the environment's admin token (proxy.config.settings.admin_tokens_from_env)
         default = replace(default, admin_token_hashes=default.admin_token_hashes + extra)
     return Tenancy("passthrough", (default,), default)
 

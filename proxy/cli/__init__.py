@@ -1,0 +1,1 @@
+"""The ``context-proxy`` command line."""

@@ -1,0 +1,1 @@
+"""The built-in demo provider: try the proxy without an API key."""

@@ -1,0 +1,1 @@
+"""Log lines: formatting that a client cannot forge or flood, and redaction of credentials."""

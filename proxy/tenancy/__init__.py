@@ -1,0 +1,1 @@
+"""Tenancy: tenant policies (keys, upstream credentials, sources, quota) and how they are loaded."""
