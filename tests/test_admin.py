@@ -61,6 +61,7 @@ class Admin:
     acme: Tenant
     globex: Tenant
     http: httpx.Client
+    app: web.Application
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run(coro)
@@ -115,10 +116,11 @@ def admin(loop_thread: LoopThread, tmp_path: Path) -> Iterator[Admin]:
     assert acme is not None and globex is not None
     runner: web.AppRunner | None = None
 
+    app = web.Application()
+
     async def start() -> tuple[str, Store]:
         nonlocal runner
         store = await open_store(f"sqlite:///{tmp_path / 'state' / 'store.db'}")
-        app = web.Application()
         app[STORE] = store
         app[RESOLVER] = SourceResolver()
         app[TENANCY] = TenancyHolder(tenancy)
@@ -131,7 +133,7 @@ def admin(loop_thread: LoopThread, tmp_path: Path) -> Iterator[Admin]:
 
     url, store = loop_thread.run(start())
     with httpx.Client(timeout=30, trust_env=False) as http:
-        yield Admin(url, loop_thread, store, acme, globex, http)
+        yield Admin(url, loop_thread, store, acme, globex, http, app)
 
     async def stop() -> None:
         assert runner is not None
@@ -203,6 +205,22 @@ def without_request_id(r: httpx.Response) -> tuple[int, Any]:
 # --- authentication --------------------------------------------------------------------------
 
 
+# a value for each placeholder of the admin routes' paths
+ROUTE_VALUES = {"session": "s1", "kind": "facts", "item_id": "f1", "compaction_id": "c1", "tail": "no-such-route"}
+ANY_METHOD = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def admin_routes(app: web.Application) -> list[tuple[str, str, str]]:
+    """Every (method, path, route name) the app's router serves, its placeholders filled
+    (``*``: each method)."""
+    calls = []
+    for route in app.router.routes():
+        path = route.resource.canonical.format_map(ROUTE_VALUES) if route.resource else ""
+        for method in ANY_METHOD if route.method == "*" else (route.method,):
+            calls.append((method, path, route.name or ""))
+    return calls
+
+
 @pytest.mark.parametrize(
     "authorization",
     [
@@ -219,20 +237,31 @@ def without_request_id(r: httpx.Response) -> tuple[int, Any]:
 def test_without_a_valid_admin_token_every_route_is_401(
     admin: Admin, authorization: str | None
 ) -> None:
+    # a session and an item that a route answering without a token would show
+    assert admin.call("POST", "/admin/v1/sessions/s1/facts", json=fact()).status_code == 201
     headers = {} if authorization is None else {"Authorization": authorization}
+    routes = admin_routes(admin.app)
+    names = {name for _, _, name in routes}
+    assert len(names) >= 21 and {"admin_quota", "admin_usage_prices", "admin_other"} <= names
+    assert all(path.startswith("/admin/v1/") and "{" not in path for _, path, _ in routes), routes
     for method, path in [
-        ("GET", "/admin/v1/sessions"),
-        ("GET", "/admin/v1/sessions/s1/state"),
-        ("POST", "/admin/v1/sessions/s1/facts"),
-        ("GET", "/admin/v1/manifests/c1"),
-        ("GET", "/admin/v1/no-such-route"),
+        *((method, path) for method, path, _ in routes),
         ("GET", "/admin/v1/sessions/..%2F..%2Fx/state"),  # auth before anything else
     ]:
         r = admin.call(method, path, token=None, headers=headers, json=fact())
+        assert r.headers.get("www-authenticate", "").startswith("Bearer"), (method, path)
+        if method == "HEAD":  # no body to read
+            assert r.status_code == 401 and r.content == b"", (method, path)
+            continue
         error = error_of(r, 401, "authentication_error")
         assert A_TOKEN not in error["message"]
-        assert r.headers["www-authenticate"].startswith("Bearer")
-    assert admin.history(admin.acme, "s1") == 0
+    assert admin.history(admin.acme, "s1") == 1
+    # each filled path reaches its own route (not the catch-all's 404, which is a 401 too)
+    for method, path, name in routes:
+        r = admin.call(method, path, json=fact())
+        assert r.status_code != 401, (method, path)
+        if name != "admin_other" and method != "HEAD":
+            assert not r.text or r.json().get("error", {}).get("message") != f"{method} {path}: not found", (method, path)
 
 
 def test_either_token_authenticates_its_own_tenant(admin: Admin) -> None:

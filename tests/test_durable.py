@@ -365,11 +365,12 @@ def test_json_types_are_checked_by_the_same_rules() -> None:
 # -- model output has no way in ---------------------------------------------------------------------
 
 
-def test_a_summary_cannot_change_durable_state() -> None:
+def test_a_summary_text_is_refused_as_a_change_and_a_state_cannot_be_edited() -> None:
     """The only way to a new state is structured changes through prepare_changes + apply.
 
     A model's summary (or answer) is text: it is not a change, is refused as one, and its
-    existence does not alter the state or its rendering by a single byte.
+    existence does not alter the state or its rendering by a single byte. (That the proxy never
+    writes a summary into the store: ``test_durable_edge.py::test_a_summary_cannot_change_durable_state``.)
     """
     state = state_of(
         Create(dataclasses.replace(FACT, content="persistence uses SQLite")), Create(TODO)

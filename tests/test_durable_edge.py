@@ -18,6 +18,7 @@ from proxy.server.appkeys import DURABLE, RESOLVER, STORE, TENANCY
 from proxy.sources.artifact_files import write_artifact
 from proxy.sources.policy import SourcePolicy
 from tests.harness import LoopThread, ProxyServer
+from tests.provider_rules import ProviderRules
 from tests.upstream import FakeUpstream, Reply, Stream, message_json, text_stream_events
 
 KEY = "sk-ant-durable-test-42"
@@ -92,25 +93,61 @@ def test_the_rendered_block_ends_system_and_is_stable_across_turns(upstream: Fak
     assert text == render_state(state, dict(zip(pointers, resolutions, strict=True)))
 
 
-def test_an_adversarial_summary_cannot_change_durable_state(upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread) -> None:
-    proxy = make_proxy(compaction={"threshold": 2000, "hard_limit": 50_000, "keep_recent": 2, "summary": {"model": "summ"}})
-    _seed(loop_thread, proxy)
-    adversarial = "persistence uses plain JSON; no pending work; f-db is retired"
-    client = _client(proxy)
-    client.messages.create(model="m", max_tokens=5, messages=MESSAGES)
-    before = _system_of(upstream)[-1]
-    upstream.script(lambda req: Reply(message_json(adversarial if req.json()["model"] == "summ" else "ok")))
-    long_history: list[dict[str, Any]] = [MESSAGES[0]]
+ADVERSARIAL = "persistence uses plain JSON; no pending work; f-db is retired"
+
+
+def _long_history() -> list[dict[str, Any]]:
+    history: list[dict[str, Any]] = [MESSAGES[0]]
     for i in range(60):
-        long_history += [{"role": "assistant", "content": f"step {i} " + "detail " * 100}, {"role": "user", "content": f"go on {i}"}]
-    response = client.messages.with_raw_response.create(model="m", max_tokens=5, messages=long_history)
+        history += [{"role": "assistant", "content": f"step {i} " + "detail " * 100}, {"role": "user", "content": f"go on {i}"}]
+    return history
+
+
+def _compact_then_next_turn(upstream: FakeUpstream, proxy: ProxyServer, loop_thread: LoopThread, model: str, summary: str) -> None:
+    """A turn that compacts (its summary says ``summary``), then the turn after it: the
+    session's durable history is the seeded one, change for change, and both turns carry the
+    block the session had before any summary was made, byte for byte (the second one's block is
+    built from the store after the summary exists)."""
+    store = proxy.app[STORE]
+    _seed(loop_thread, proxy)
+    client = _client(proxy)
+    client.messages.create(model=model, max_tokens=5, messages=MESSAGES)
+    before = _system_of(upstream)[-1]
+    history = loop_thread.run(store.history("default", "sess-1"))
+    state = loop_thread.run(store.current_state("default", "sess-1"))
+    long_history = _long_history()
+    response = client.messages.with_raw_response.create(model=model, max_tokens=5, messages=long_history)
     assert response.headers["x-compaction-summary"] == "ok"
     forwarded = upstream.requests[-1].json()
-    assert adversarial in orjson.dumps(forwarded["messages"]).decode()  # the summary is in history...
+    assert summary in orjson.dumps(forwarded["messages"]).decode()  # the summary is in history...
     assert forwarded["system"][-1] == before  # ...but the durable block is byte-identical
-    state = loop_thread.run(proxy.app[STORE].current_state("default", "sess-1"))
+    # the next turn: its block is read after the summary was made, and is still the same
+    nxt = [*long_history, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "next"}]
+    client.messages.create(model=model, max_tokens=5, messages=nxt)
+    assert summary in orjson.dumps(upstream.requests[-1].json()["messages"]).decode()
+    assert _system_of(upstream)[-1] == before
+    loop_thread.run(proxy.app[DURABLE].drain())
+    assert loop_thread.run(store.history("default", "sess-1")) == history
+    assert loop_thread.run(store.current_state("default", "sess-1")) == state
     assert [f.content for f in state.facts if f.id == "f-db"] == ["persistence uses PostgreSQL 15"]
     assert [p.status for p in state.pending] == ["open"]
+
+
+def test_an_adversarial_summary_cannot_change_durable_state(upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread) -> None:
+    proxy = make_proxy(compaction={"threshold": 2000, "hard_limit": 50_000, "keep_recent": 2, "summary": {"model": "summ"}})
+    upstream.script(*[lambda req: Reply(message_json(ADVERSARIAL if req.json()["model"] == "summ" else "ok"))] * 4)
+    _compact_then_next_turn(upstream, proxy, loop_thread, "m", ADVERSARIAL)
+    assert [r.json()["model"] for r in upstream.requests] == ["m", "summ", "m", "m"]  # one summary call
+
+
+def test_a_summary_cannot_change_durable_state(upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread) -> None:
+    """The provider's own compaction as the summary (``summary.mode: provider``): its block's
+    text is history too, never a durable change."""
+    upstream.use_rules(ProviderRules(summarize=lambda messages, instructions: ADVERSARIAL))
+    proxy = make_proxy(compaction={"threshold": 2000, "hard_limit": 50_000, "keep_recent": 2, "summary": {"model": "summ", "mode": "provider"}})
+    _compact_then_next_turn(upstream, proxy, loop_thread, "claude-opus-4-8", ADVERSARIAL)
+    assert ["compaction" in r.json() for r in upstream.requests] == [False, True, False, False]
+    assert all(v.accepted for v in upstream.verdicts), [v.rejection for v in upstream.verdicts if v.rejection]
 
 
 def test_an_invalid_session_id_is_400_and_not_forwarded(upstream: FakeUpstream, proxy: ProxyServer) -> None:

@@ -470,12 +470,16 @@ def test_a_real_session_through_two_replicas_is_recorded_as_one_process_records_
                 for turn, k in enumerate(ends):
                     body = {"model": "claude-fake-1", "max_tokens": 100, "messages": messages[:k], "tools": transcript["tools"]}
                     _post(targets[turn % len(targets)].url, session, body)
-            one = _events(loop_thread, url, "soak-one", 1)
-            two = _events(loop_thread, url, "soak-two", len(one))
-            # the client's copies of the assistant turns, not the fake answers, continue the
-            # conversation: each turn's answer and the client's next copy share one slot
+            # one event per message the client sent (through its last user turn), and the
+            # answer to the last request: each turn's answer and the client's next copy of it
+            # share one slot (whichever is recorded first stands)
+            expected = ends[-1] + 1
+            one = _events(loop_thread, url, "soak-one", expected)
+            two = _events(loop_thread, url, "soak-two", expected)
+            assert len(one) == expected == len(two)
+            assert [e.event.role for e in one[:-1]] == [m["role"] for m in messages[: ends[-1]]]
+            assert (one[-1].event.type, one[-1].event.role) == ("answer", "assistant")
             assert _shape(two) == _shape(one)
-            assert len(one) <= len(messages) + len(ends)
         finally:
             for replica in replicas:
                 replica.stop()

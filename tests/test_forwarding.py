@@ -215,9 +215,30 @@ def test_upstream_errors_pass_through_untouched(upstream: FakeUpstream, proxy: P
 
 
 def test_base_url_path_prefix_is_honoured(upstream: FakeUpstream, make_proxy: Any) -> None:
-    proxy = make_proxy(upstream.url + "/some/prefix")
-    _client(proxy.url).messages.create(model="m", max_tokens=5, messages=MESSAGES)
-    assert upstream.requests[-1].path == "/some/prefix/v1/messages"
+    """Every call the proxy makes upstream: the client's messages (JSON and streamed), its
+    token counts and the ``/v1/*`` passthrough (the forwarder), and the L4 summary call (the
+    summariser's own HTTP client)."""
+    compaction = {"threshold": 2000, "hard_limit": 50_000, "keep_recent": 2, "summary": {"model": "summ"}}
+    proxy = make_proxy(upstream.url + "/some/prefix", compaction=compaction)
+    client = _client(proxy.url)
+    client.messages.create(model="m", max_tokens=5, messages=MESSAGES)
+    with client.messages.stream(model="m", max_tokens=5, messages=MESSAGES) as stream:
+        stream.get_final_message()
+    client.messages.count_tokens(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+    assert [m.id for m in client.models.list()] == ["claude-fake-1"]
+    long_history: list[Any] = [MESSAGES[0]]
+    for i in range(40):
+        long_history += [{"role": "assistant", "content": f"step {i} " + "detail " * 100}, {"role": "user", "content": f"go on {i}"}]
+    response = client.messages.with_raw_response.create(model="m", max_tokens=5, messages=long_history)
+    assert response.headers["x-compaction-summary"] == "ok"
+    assert [(r.path, r.json().get("model") if r.method == "POST" else None) for r in upstream.requests] == [
+        ("/some/prefix/v1/messages", "m"),
+        ("/some/prefix/v1/messages", "m"),
+        ("/some/prefix/v1/messages/count_tokens", "m"),
+        ("/some/prefix/v1/models", None),
+        ("/some/prefix/v1/messages", "summ"),  # the summary call
+        ("/some/prefix/v1/messages", "m"),
+    ]
 
 
 def test_gzip_request_body_is_inspected_and_forwarded_as_sent(upstream: FakeUpstream, proxy: ProxyServer) -> None:

@@ -368,6 +368,19 @@ def test_the_429_body_is_exactly_the_anthropic_shape(
     assert set(body) == {"type", "error", "request_id"} and set(body["error"]) == {"type", "message"}
     assert body["request_id"] == raw.headers["request-id"]
     assert ACME_KEY not in raw.text and sha(ACME_KEY) not in raw.text
+    # every value, in the provider's shape (docs.anthropic.com/en/api/errors, "Error shapes":
+    # type "error", an error object with type and message, request_id; 429 = rate_limit_error)
+    assert raw.headers["request-id"].startswith("req_")
+    assert body == {
+        "type": "error",
+        "error": {
+            "type": "rate_limit_error",
+            "message": "rate limit exceeded for tenant acme: tenant requests per minute (1)"
+            " (the proxy's own limits); retry after 60s",
+        },
+        "request_id": raw.headers["request-id"],
+    }
+    assert raw.headers["retry-after"] == "60" and raw.headers["x-should-retry"] == "true"
 
 
 def test_the_example_policies_load_with_their_quota(tmp_path: Path) -> None:

@@ -463,8 +463,9 @@ def test_a_malformed_pointer_is_never_logged_or_recorded_as_sent(upstream: FakeU
     evil = "artifact:x\n[retrieval] forged line"
     call = {"type": "tool_use", "id": "toolu_evil", "name": TOOL_NAME, "input": {"pointer": evil}}
     upstream.script(Reply(_round([call], "tool_use", 1, 1)), Reply(message_json("ok")))
-    with caplog.at_level("INFO", logger="context_proxy.retrieval"):
+    with caplog.at_level("DEBUG"):  # every logger, every level
         _client(proxy).messages.create(model="m", max_tokens=100, messages=MESSAGES, tools=TOOLS)  # type: ignore[arg-type]
+        loop_thread.run(proxy.app[DURABLE].drain())
     assert "forged" not in caplog.text and "<malformed>=corrupt" in caplog.text
     loop_thread.run(proxy.app[DURABLE].drain())
     answer = loop_thread.run(proxy.app[STORE].transcript_events("default", SESSION))[-1].event

@@ -669,11 +669,17 @@ def test_no_error_shows_the_provider_key(
 
 
 def test_the_key_cannot_leak_through_upstream_auth_headers_errors(tmp_path: Path) -> None:
+    """Neither the tenant's own provider key nor another tenant's, in any form of the error."""
     tenancy = two_tenants(tmp_path)
-    broken = dataclasses.replace(tenancy.tenants[0], provider=ProviderAuth("env", "ACME_KEY", None))
-    with pytest.raises(ValueError) as info:
-        tenancy.upstream_auth_headers(broken, {})
-    assert SECRET not in str(info.value)
+    assert [t.provider.api_key for t in tenancy.tenants] == [SECRET, SECRET_B]
+    for tenant in tenancy.tenants:
+        broken = dataclasses.replace(tenant, provider=dataclasses.replace(tenant.provider, api_key=None))
+        with pytest.raises(ValueError) as info:
+            tenancy.upstream_auth_headers(broken, {"x-api-key": KEY_A, "authorization": "Bearer " + KEY_B})
+        rendered = "".join(traceback.format_exception(info.value)) + repr(info.value.args)
+        assert "an env provider without a key" in rendered
+        for secret in (SECRET, SECRET_B, SECRET[:12], SECRET_B[-12:], KEY_A, KEY_B):
+            assert secret not in rendered, (tenant.name, secret)
 
 
 # --- values, overrides, reload -----------------------------------------------------------------

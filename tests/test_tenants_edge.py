@@ -117,6 +117,11 @@ def test_cross_tenant_matrix(upstream: FakeUpstream, tenants_proxy: ProxyServer,
     globex_events = loop_thread.run(store.transcript_events("globex", session))
     assert [e.event.event_id for e in globex_events] != [e.event.event_id for e in acme_events]
     assert all(e.event.content != "acme fact" for e in globex_events)
+    # each tenant's transcript holds its own turn (its question, the answer), and globex's
+    # turn left acme's untouched
+    assert [(e.seq, e.event.role) for e in acme_events] == [(1, "user"), (2, "assistant")]
+    assert [(e.seq, e.event.role) for e in globex_events] == [(1, "user"), (2, "assistant")]
+    assert loop_thread.run(store.transcript_events("acme", session)) == acme_events
 
     # Plans and summaries: the same long conversation compacts separately for each tenant.
     long: list[dict[str, Any]] = [MESSAGES[0]]

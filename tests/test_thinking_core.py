@@ -134,15 +134,65 @@ def test_a_learnt_answer_replays_valid_under_the_same_view_and_stale_under_anoth
     assert decision.action == "asked-to-drop" and decision.count == 1
 
 
-def test_unknown_blocks_are_stale_only_where_the_proxy_changed_the_prefix() -> None:
+def _cut_tool_result(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What L1 does: message 2's tool result replaced (between the block of message 1 and the
+    two of message 3)."""
+    cut = {"type": "tool_result", "tool_use_id": "t1", "content": "[context-proxy: cut]"}
+    return [*messages[:2], {"role": "user", "content": [cut]}, *messages[3:]]
+
+
+@pytest.mark.parametrize(
+    ("change", "stale"),
+    [
+        ("nothing", []),
+        ("system", [(1, 0), (3, 0), (3, 1)]),
+        ("tool result between the blocks", [(3, 0), (3, 1)]),  # the block before it stands
+        ("the last message, after every block", []),
+        ("a message appended", []),
+    ],
+)
+def test_unknown_blocks_are_stale_only_where_the_proxy_changed_the_prefix(
+    change: str, stale: list[tuple[int, int]]
+) -> None:
     messages = _convo()
     client = PrefixKeys(SYSTEM, TOOLS, messages)
     blocks = thinking_blocks(messages)
     theirs = {b.ident: client.at(b.message, b.index) for b in blocks}
+    system, forwarded = SYSTEM, messages
+    if change == "system":
+        system = [*SYSTEM, {"type": "text", "text": "durable"}]
+    elif change == "tool result between the blocks":
+        forwarded = _cut_tool_result(messages)
+    elif change == "the last message, after every block":
+        forwarded = [*messages[:4], {"role": "user", "content": "next, and more"}]
+    elif change == "a message appended":
+        forwarded = [*messages, {"role": "assistant", "content": "bridge"}, {"role": "user", "content": "go on"}]
+    decision = decide({"messages": forwarded}, PrefixKeys(system, TOOLS, forwarded), blocks, BindingRecords(), theirs)
+    assert [(b.message, b.index) for b in decision.stale] == stale
+    assert decision.count == len(stale)
+    assert decision.action == ("asked-to-drop" if stale else "none")
+
+
+def test_a_known_block_is_judged_by_its_record_and_an_unknown_one_by_the_clients_prefix() -> None:
+    """Mixed: the first block's record says it was made under another prefix than the client's
+    (stale although the client sent it unchanged); the later ones, unknown, stand or fall with
+    the proxy's change between them."""
+    messages = _convo()
+    client = PrefixKeys(SYSTEM, TOOLS, messages)
+    blocks = thinking_blocks(messages)
+    theirs = {b.ident: client.at(b.message, b.index) for b in blocks}
+    records = BindingRecords()
+    records.learn({blocks[0].ident: theirs[blocks[0].ident] + 1})
     body = {"messages": messages}
-    assert decide(body, client, blocks, BindingRecords(), theirs).action == "none"
-    changed = PrefixKeys([*SYSTEM, {"type": "text", "text": "durable"}], TOOLS, messages)
-    assert decide(body, changed, blocks, BindingRecords(), theirs).count == 3
+    decision = decide(body, client, blocks, records, theirs)
+    assert [(b.message, b.index) for b in decision.stale] == [(1, 0)]
+    cut = _cut_tool_result(messages)
+    decision = decide({"messages": cut}, PrefixKeys(SYSTEM, TOOLS, cut), blocks, records, theirs)
+    assert [(b.message, b.index) for b in decision.stale] == [(1, 0), (3, 0), (3, 1)]
+    records = BindingRecords()
+    records.learn({blocks[0].ident: theirs[blocks[0].ident]})  # recorded as the client sent it
+    decision = decide({"messages": cut}, PrefixKeys(SYSTEM, TOOLS, cut), blocks, records, theirs)
+    assert [(b.message, b.index) for b in decision.stale] == [(3, 0), (3, 1)]
 
 
 @pytest.mark.parametrize(

@@ -120,12 +120,36 @@ def test_removing_the_token_from_the_policy_ends_its_sessions(http: httpx.Client
     assert http.get("/console/api/me").status_code == 401  # ended, not suspended
 
 
+# a value for each placeholder of the console's routes
+CONSOLE_VALUES = {"name": "app.js", "tail": "nope"}
+
+
+def _console_routes(world: World) -> list[tuple[str, str]]:
+    """Every (method, path) of the app's router under ``/console`` (``*``: GET and POST), the
+    writes last (sign-out ends the session the reads use)."""
+    calls = set()
+    for route in world.proxy.app.router.routes():
+        canonical = route.resource.canonical if route.resource else ""
+        if canonical == "/console" or canonical.startswith("/console/"):
+            path = canonical.format_map(CONSOLE_VALUES)
+            calls |= {(m, path) for m in (("GET", "POST") if route.method == "*" else (route.method,))}
+    return sorted(calls, key=lambda c: (c[0] == "POST", c))
+
+
 def test_every_console_answer_has_the_security_headers(http: httpx.Client, world: World) -> None:
     _sign_in(http, world)
-    for path in ("/console/signin", "/console/", "/console/sessions/x", "/console/static/app.js",
-                 "/console/static/console.css", "/console/api/me", "/console/api/health",
-                 "/console/static/..%2f..%2fconfig.py", "/console/api/nope"):
-        r = http.get(path, follow_redirects=False)
+    routes = _console_routes(world)
+    assert {("POST", "/console/signin"), ("POST", "/console/signout"), ("HEAD", "/console/api/me")} <= set(routes)
+    assert len(routes) >= 15, routes
+    for method, path in [
+        *(("GET", p) for p in ("/console/signin", "/console/", "/console/sessions/x", "/console/static/app.js",
+                               "/console/static/console.css", "/console/api/me", "/console/api/health",
+                               "/console/static/..%2f..%2fconfig.py", "/console/api/nope")),
+        *routes,
+    ]:
+        data = {"token": A_TOKEN} if path == "/console/signin" else None
+        r = http.request(method, path, data=data, headers={"Origin": world.url}, follow_redirects=False)
+        assert "content-security-policy" in r.headers, (method, path)
         csp = r.headers["content-security-policy"]
         assert "default-src 'none'" in csp and "script-src 'self'" in csp, path
         assert "'unsafe-inline'" not in csp and "frame-ancestors 'none'" in csp

@@ -22,7 +22,9 @@ import pytest
 from anthropic import AnthropicBedrock, AnthropicVertex
 
 from proxy.server.app import API_PATHS
+from proxy.server.appkeys import STORE
 from proxy.server.http.tracing import TRACED_PATHS
+from proxy.server.quota import QUOTA
 from tests.conftest import ProxyFactory
 from tests.formats.test_client_formats import _botocore_events
 from tests.harness import LoopThread, ProxyServer
@@ -139,7 +141,13 @@ def test_a_bedrock_request_refused_after_admission_gives_its_reservation_back(
     body = quota_json(proxy, loop_thread)
     assert (used(body, "output_tokens"), used(body, "requests")) == (0, 1)
     assert upstream.requests == []
-    assert ACME_KEY  # the tenant the key names is the one counted
+    # the tenant the key names is the one counted, and no other
+    now = proxy.app[QUOTA].now_ms()
+    rows = loop_thread.run(proxy.app[STORE].quota_current("acme", now))
+    assert sorted((scope, metric, value) for scope, metric, _, _, value in rows) == [
+        ("tenant", "output_tokens", 0), ("tenant", "requests", 1)
+    ]
+    assert loop_thread.run(proxy.app[STORE].quota_current("globex", now)) == ()
 
 
 def test_a_traced_bedrock_call_is_a_genai_span_of_aws_bedrock(
