@@ -14,7 +14,9 @@ from typing import Any
 
 from proxy.config.reference import markdown as keys_markdown
 from proxy.config.reference import rows
-from proxy.config.settings import CompactionConfig, Config, RetentionConfig, UpstreamTarget
+from proxy.config.retention import RetentionConfig
+from proxy.config.settings import CompactionConfig, Config
+from proxy.config.upstream import UpstreamTarget
 from proxy.tenancy.tenants import PolicyFile
 
 # A policy's sections that take the configuration's keys: one row naming the config's section.

@@ -6,7 +6,9 @@ errors that name the file, the key and what was expected. The environment is rea
 the passthrough tenant: ``Config.admin_token_hashes``, never a file key) and
 :func:`tracing_from_env` (the standard ``OTEL_*`` variables under ``tracing:``), when ``serve`` starts;
 tenant policies read the variables they name in :func:`proxy.tenancy.tenants.load_tenancy`. How a file is
-read and a section built and checked is :mod:`proxy.config.schema`; the sections are here.
+read and a section built and checked is :mod:`proxy.config.schema`; the sections are here, but
+``upstream:`` (:mod:`proxy.config.upstream`), ``retention:`` (:mod:`proxy.config.retention`) and
+``tracing:`` (:mod:`proxy.config.tracing`).
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proxy.config.retention import RetentionConfig
 from proxy.config.schema import (
     ConfigError,
     build_section,
     check,
     doc,
-    http_url,
     non_negative,
     one_of,
     or_empty,
@@ -35,9 +37,10 @@ from proxy.config.schema import (
     read_yaml,
     store_url,
 )
-from proxy.config.tracing_env import parse_pairs, sdk_disabled, tracing_values
+from proxy.config.tracing import TracingConfig
+from proxy.config.tracing_env import sdk_disabled, tracing_values
+from proxy.config.upstream import UpstreamConfig
 from proxy.core.limits import limit_problem
-from proxy.formats.bridging import path_problem
 
 ENV_CONFIG = "CONTEXT_PROXY_CONFIG"
 # An admin token for the passthrough tenant (the admin API and the console), as the token itself
@@ -56,137 +59,6 @@ class ListenConfig:
     port: int = field(
         default=8080,
         metadata=check(port_number, doc="The port it listens on (`--port` overrides it; 0 = any free port)."),
-    )
-
-
-UPSTREAM_FORMATS = ("anthropic", "bedrock", "vertex")
-
-
-@dataclass(frozen=True, slots=True)
-class BetaFieldsConfig:
-    """The body fields one beta enables (``proxy.formats.bridging``): dropped with it."""
-
-    beta: str = field(
-        default="",
-        metadata=check(lambda v: None if v.strip() else "a beta name", doc="The beta's name (required)."),
-    )
-    fields: tuple[str, ...] = field(
-        default=(),
-        metadata=check(
-            lambda v: next((p for p in map(path_problem, v) if p), None),
-            doc="Body paths it enables: `a.b`, `a[]` (every item) or `a[type=x]`.",
-        ),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamTarget:
-    """Which platform a tenant's requests go to (``upstream:`` in the config and in a policy)."""
-
-    format: str = field(
-        default="anthropic",
-        metadata=check(
-            one_of(*UPSTREAM_FORMATS),
-            doc="The platform requests go to: `anthropic` (the Messages API at `upstream.base_url`),"
-            " `bedrock` (Bedrock Runtime) or `vertex` (Vertex AI). A tenant policy's `upstream:` may"
-            " choose another.",
-        ),
-    )
-    endpoint_url: str = field(
-        default="",
-        metadata=check(
-            or_empty(http_url),
-            doc="`bedrock`/`vertex`: another endpoint (a VPC endpoint, a test fake); `\"\"` = the"
-            " platform's public one (`https://bedrock-runtime.<region>.amazonaws.com`,"
-            " `https://<location>-aiplatform.googleapis.com`).",
-        ),
-    )
-    region: str = field(default="", metadata=doc("`bedrock`: the AWS region (required with `bedrock`)."))
-    profile_geo: str = field(
-        default="",
-        metadata=doc(
-            "`bedrock`: the inference-profile geography prefixed to model ids (`us`, `eu`, `apac`,"
-            " `global`); `\"\"` = the model id itself."
-        ),
-    )
-    aws_profile: str = field(
-        default="",
-        metadata=doc("`bedrock`: a named profile of the AWS shared files; `\"\"` = botocore's default chain."),
-    )
-    project: str = field(default="", metadata=doc("`vertex`: the Google Cloud project (required with `vertex`)."))
-    location: str = field(
-        default="",
-        metadata=doc(
-            "`vertex`: the location (`us-east5`, `europe-west1`; `global` is the global endpoint;"
-            " required with `vertex`)."
-        ),
-    )
-    credentials_file: str = field(
-        default="",
-        metadata=doc(
-            "`vertex`: a service-account or `authorized_user` JSON file; `\"\"` = application-default"
-            " credentials."
-        ),
-    )
-    accepted_betas: tuple[str, ...] = field(
-        default=(),
-        metadata=doc(
-            "The betas the platform accepts; `[]` = the built-in list of `proxy/formats/bridging.py`."
-            " Others are dropped with their body fields."
-        ),
-    )
-    beta_fields: tuple[BetaFieldsConfig, ...] = field(
-        default=(),
-        metadata=doc(
-            "The body fields a beta enables, dropped with it; an entry replaces the built-in pair for"
-            " its beta."
-        ),
-    )
-
-    def problems(self, prefix: str) -> list[str]:
-        """What the chosen format still needs."""
-        out: list[str] = []
-        if self.format == "bedrock" and not self.region:
-            out.append(f"key '{prefix}.region': expected an AWS region with format bedrock, missing")
-        if self.format == "vertex":
-            for key in ("project", "location"):
-                if not getattr(self, key):
-                    out.append(f"key '{prefix}.{key}': expected a value with format vertex, missing")
-        for i, entry in enumerate(self.beta_fields):
-            if not entry.beta.strip():
-                out.append(f"key '{prefix}.beta_fields[{i}].beta': expected a beta name, missing")
-        return out
-
-
-def target_of(upstream: UpstreamTarget) -> UpstreamTarget:
-    """The platform part of ``upstream`` (an :class:`UpstreamConfig` is one, with more keys)."""
-    return UpstreamTarget(**{f.name: getattr(upstream, f.name) for f in dataclasses.fields(UpstreamTarget)})
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamConfig(UpstreamTarget):
-    base_url: str = field(
-        default="https://api.anthropic.com",
-        metadata=check(
-            http_url,
-            doc="The Messages API the `anthropic` format forwards to; a path prefix is honoured"
-            " (`http://h:p/prefix` → `/prefix/v1/messages`).",
-        ),
-    )
-    connect_timeout: float = field(
-        default=10.0, metadata=check(positive, doc="Seconds to connect (then 504 `timeout_error`).")
-    )
-    read_timeout: float = field(
-        default=600.0,
-        metadata=check(
-            positive,
-            doc="Longest silence, in seconds, between two reads of the upstream answer (then 504"
-            " before headers; SSE pings arrive about every 15 s).",
-        ),
-    )
-    pool_size: int = field(
-        default=512,
-        metadata=check(positive, doc="Keep-alive connections to the upstream (one pooled session per process)."),
     )
 
 
@@ -480,80 +352,6 @@ class AuthConfig:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class KindRetention:
-    """How long / how much of one kind of stored thing a tenant keeps (0 = no limit)."""
-
-    max_age_days: float = field(default=0.0, metadata=check(non_negative, doc="Older rows are deleted (0 = no limit)."))
-    max_rows: int = field(
-        default=0, metadata=check(non_negative, doc="Rows kept per tenant, the newest (0 = no limit).")
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ArtifactRetention:
-    max_age_days: float = field(
-        default=90.0, metadata=check(non_negative, doc="Files older than this are deleted (0 = no limit).")
-    )
-    max_bytes: int = field(
-        default=0, metadata=check(non_negative, doc="Bytes kept per tenant, the newest files (0 = no limit).")
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class RetentionConfig:
-    """``retention:``: what the garbage collector deletes (proxy/server/maintenance/retention.py).
-    The kinds can be overridden per tenant in its policy file; the scheduling keys are per
-    process."""
-
-    enabled: bool = field(
-        default=True,
-        metadata=doc("Run the collector in this process (a tenant's `retention.enabled: false` spares that tenant)."),
-    )
-    interval_seconds: float = field(
-        default=3600.0,
-        metadata=check(
-            positive,
-            doc="How often each replica tries to run it (the first try at a random moment of the first interval).",
-        ),
-    )
-    batch_size: int = field(
-        default=500, metadata=check(positive, doc="Rows (or files) per statement; the event loop runs between batches.")
-    )
-    lease_seconds: float = field(
-        default=300.0,
-        metadata=check(
-            positive,
-            doc="One replica runs at a time, holding a lease row in the store (renewed every batch);"
-            " a crashed runner's lease expires after this.",
-        ),
-    )
-    plans: KindRetention = field(default=KindRetention(30.0, 100_000), metadata=doc("Compaction plans."))
-    summaries: KindRetention = field(
-        default=KindRetention(30.0, 100_000), metadata=doc("L4 summaries (a lease still held is never deleted).")
-    )
-    manifests: KindRetention = field(default=KindRetention(90.0, 100_000), metadata=doc("Compaction manifests."))
-    calibration: KindRetention = field(
-        default=KindRetention(90.0, 1_000),
-        metadata=doc("Calibration figures not refreshed for that long (a model no longer used)."),
-    )
-    transcripts: KindRetention = field(
-        default=KindRetention(90.0, 0),
-        metadata=doc("Recorded transcript events in the store (events a durable pointer or a stored plan names are kept)."),
-    )
-    artifacts: ArtifactRetention = field(
-        default=ArtifactRetention(),
-        metadata=doc(
-            "Cut tool results under the tenant's `artifact_root`, by file time and total size (kept"
-            " while a plan or a durable pointer names them)."
-        ),
-    )
-    usage_ledger: KindRetention = field(default=KindRetention(90.0, 0), metadata=doc("Usage ledger rows."))
-    source_audit: KindRetention = field(
-        default=KindRetention(90.0, 0), metadata=doc("The source-check audit trail (`GET /admin/v1/audit`).")
-    )
-
-
 def _price_or_standard(value: float) -> str | None:
     return None if value >= 0 or value == -1 else "a number >= 0 (or -1: the standard multiplier)"
 
@@ -606,82 +404,6 @@ class ConsoleConfig:
     session_ttl_seconds: int = field(
         default=8 * 3600,
         metadata=check(positive, doc="A console sign-in lasts this long (absolute, not sliding); sign-out ends it at once."),
-    )
-
-
-def _pairs(value: str) -> str | None:
-    return None if parse_pairs(value) is not None else "key=value pairs separated by commas"
-
-
-@dataclass(frozen=True, slots=True)
-class TracingConfig:
-    enabled: bool = field(
-        default=False,
-        metadata=doc(
-            "OpenTelemetry traces over OTLP/HTTP (protobuf; needs `pip install 'context-proxy[tracing]'`)."
-            " Also on when `OTEL_EXPORTER_OTLP[_TRACES]_ENDPOINT` is set or `OTEL_TRACES_EXPORTER=otlp`;"
-            " off with `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`. A key in the file wins over"
-            " its variable (`OTEL_SDK_DISABLED=true` wins over the file)."
-        ),
-    )
-    endpoint: str = field(
-        default="http://localhost:4318/v1/traces",
-        metadata=check(
-            http_url,
-            doc="The collector's traces URL (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as is, or"
-            " `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`).",
-        ),
-    )
-    headers: str = field(
-        default="",
-        repr=False,
-        metadata=check(
-            _pairs,
-            doc="Sent with every export (a collector's credentials): `k1=v1,k2=v2`, values"
-            " percent-decoded (`OTEL_EXPORTER_OTLP[_TRACES]_HEADERS`); never printed.",
-        ),
-    )
-    service_name: str = field(default="context-proxy", metadata=doc("The resource's `service.name` (`OTEL_SERVICE_NAME`)."))
-    resource_attributes: str = field(
-        default="",
-        metadata=check(_pairs, doc="More resource attributes, `k1=v1,k2=v2` (`OTEL_RESOURCE_ATTRIBUTES`)."),
-    )
-    capture_content: bool = field(
-        default=False,
-        metadata=doc(
-            "`true`: the prompt on call spans (`gen_ai.input.messages`, `gen_ai.system_instructions`);"
-            " message content is never recorded otherwise."
-        ),
-    )
-    queue_size: int = field(
-        default=2048,
-        metadata=check(
-            positive,
-            doc="Spans waiting for export; beyond it new spans are dropped (and counted), never waited on"
-            " (`OTEL_BSP_MAX_QUEUE_SIZE`).",
-        ),
-    )
-    batch_size: int = field(
-        default=512, metadata=check(positive, doc="Spans per export (`OTEL_BSP_MAX_EXPORT_BATCH_SIZE`).")
-    )
-    flush_seconds: float = field(
-        default=5.0,
-        metadata=check(
-            positive,
-            doc="A batch leaves when full or this long after the previous one (`OTEL_BSP_SCHEDULE_DELAY`, in ms there).",
-        ),
-    )
-    export_timeout: float = field(
-        default=10.0,
-        metadata=check(
-            positive,
-            doc="One export's deadline, retries included; then its spans are dropped (and counted)"
-            " (`OTEL_EXPORTER_OTLP[_TRACES]_TIMEOUT`, in ms there).",
-        ),
-    )
-    compression: str = field(
-        default="none",
-        metadata=check(one_of("none", "gzip"), doc="The exports' body (`OTEL_EXPORTER_OTLP[_TRACES]_COMPRESSION`)."),
     )
 
 

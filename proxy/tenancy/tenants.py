@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from proxy.config.retention import RetentionConfig
 from proxy.config.schema import (
     ConfigError,
     bounded_lines,
@@ -44,14 +45,8 @@ from proxy.config.schema import (
     read_yaml,
     shown,
 )
-from proxy.config.settings import (
-    CompactionConfig,
-    Config,
-    RetentionConfig,
-    UpstreamTarget,
-    check_compaction,
-    target_of,
-)
+from proxy.config.settings import CompactionConfig, Config, check_compaction
+from proxy.config.upstream import UpstreamTarget, target_of
 from proxy.core.pointers import KINDS, is_valid_component
 from proxy.core.quota import Quota
 from proxy.sources.policy import SourcePolicy

@@ -49,7 +49,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from proxy.config.settings import ArtifactRetention, KindRetention, RetentionConfig
+from proxy.config.retention import ArtifactRetention, KindRetention, RetentionConfig
 from proxy.core.compaction.bridge import TranscriptRange
 from proxy.core.pointers import ArtifactPointer, TranscriptPointer, parse_pointer
 from proxy.server.appkeys import CONFIG, METRICS, STORE, TENANCY
