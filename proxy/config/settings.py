@@ -1,11 +1,10 @@
 """Configuration: one YAML file, validated once at start-up into frozen dataclasses.
 
 Every key has a default, so the proxy runs with no file at all. Unknown keys and wrong types are
-errors that name the file, the key and what was expected. The environment is read here, by
-:func:`config_path_from_env` (which file), :func:`admin_tokens_from_env` (an admin token for
-the passthrough tenant: ``Config.admin_token_hashes``, never a file key) and
-:func:`tracing_from_env` (the standard ``OTEL_*`` variables under ``tracing:``), when ``serve`` starts;
-tenant policies read the variables they name in :func:`proxy.tenancy.tenants.load_tenancy`. How a file is
+errors that name the file, the key and what was expected. What ``serve`` reads from the
+environment (which file, the admin token, the store's password) is :mod:`proxy.config.environment`;
+the standard ``OTEL_*`` variables are the base of ``tracing:`` (:func:`tracing_from_env`); tenant
+policies read the variables they name in :func:`proxy.tenancy.tenants.load_tenancy`. How a file is
 read and a section built and checked is :mod:`proxy.config.schema`; the sections are here, but
 ``upstream:`` (:mod:`proxy.config.upstream`), ``retention:`` (:mod:`proxy.config.retention`) and
 ``tracing:`` (:mod:`proxy.config.tracing`).
@@ -14,14 +13,13 @@ read and a section built and checked is :mod:`proxy.config.schema`; the sections
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proxy.config.environment import url_with_password
 from proxy.config.retention import RetentionConfig
 from proxy.config.schema import (
     ConfigError,
@@ -41,13 +39,6 @@ from proxy.config.tracing import TracingConfig
 from proxy.config.tracing_env import sdk_disabled, tracing_values
 from proxy.config.upstream import UpstreamConfig
 from proxy.core.limits import limit_problem
-
-ENV_CONFIG = "CONTEXT_PROXY_CONFIG"
-# An admin token for the passthrough tenant (the admin API and the console), as the token itself
-# (only its SHA-256 is kept) or as that hash; either turns off the one-time console link.
-ENV_ADMIN_TOKEN = "CONTEXT_PROXY_ADMIN_TOKEN"
-ENV_ADMIN_TOKEN_SHA256 = "CONTEXT_PROXY_ADMIN_TOKEN_SHA256"
-MIN_ADMIN_TOKEN_CHARS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,13 +467,27 @@ class Config:
     # SHA-256 digests of admin tokens for the passthrough tenant, from the environment
     # (:func:`admin_tokens_from_env`); not a file key.
     admin_token_hashes: tuple[bytes, ...] = field(default=(), repr=False, metadata={"env": True})
+    # The store's password, from the environment (:func:`store_password_from_env`); not a file key.
+    store_password: str = field(default="", repr=False, metadata={"env": True})
 
     @property
     def store_url(self) -> str:
-        return self.store.url or f"sqlite:///{Path(self.state_dir) / 'context-proxy.db'}"
+        """The store to open: ``store.url`` (with the environment's password, when one was
+        given), or SQLite under ``state_dir``. It may hold a password: never print it."""
+        url = self.store.url or f"sqlite:///{Path(self.state_dir) / 'context-proxy.db'}"
+        return url_with_password(url, self.store_password) if self.store_password else url
 
     def with_admin_tokens(self, hashes: tuple[bytes, ...]) -> Config:
         return dataclasses.replace(self, admin_token_hashes=hashes)
+
+    def with_store_password(self, password: str) -> Config:
+        """The store's password from the environment (``""``: none); :class:`ConfigError` when
+        the store cannot take one (SQLite, or a URL that holds its own)."""
+        if not password:
+            return self
+        config = dataclasses.replace(self, store_password=password)
+        config.store_url  # noqa: B018 - raises now, at start-up, rather than when the store opens
+        return config
 
     def with_listen(self, host: str | None, port: int | None) -> Config:
         listen = dataclasses.replace(
@@ -569,48 +574,3 @@ def tracing_from_env(environ: Mapping[str, str] | None = None) -> Config:
     if problems:
         raise ConfigError("<environment>", problems)
     return Config(tracing=tracing)
-
-
-def config_path_from_env(explicit: str | None, environ: Mapping[str, str] | None = None) -> str | None:
-    """``--config`` wins; otherwise ``CONTEXT_PROXY_CONFIG``; otherwise no file (defaults)."""
-    if explicit:
-        return explicit
-    env = os.environ if environ is None else environ
-    return env.get(ENV_CONFIG) or None
-
-
-_TOKEN_RE = re.compile(r"[\x21-\x7e]+", re.ASCII)  # printable ASCII, no whitespace: a header value
-_SHA256_RE = re.compile(r"[0-9a-fA-F]{64}", re.ASCII)
-
-
-def admin_tokens_from_env(environ: Mapping[str, str] | None = None) -> tuple[bytes, ...]:
-    """The SHA-256 of the passthrough tenant's admin token named by the environment:
-    ``CONTEXT_PROXY_ADMIN_TOKEN`` (the token: hashed here, the value not kept) and/or
-    ``CONTEXT_PROXY_ADMIN_TOKEN_SHA256`` (its hash). Unset or empty: none. :class:`ConfigError`
-    for a value that cannot be one, never showing it."""
-    env = os.environ if environ is None else environ
-    problems: list[str] = []
-    hashes: list[bytes] = []
-    token = env.get(ENV_ADMIN_TOKEN, "")
-    if token:
-        if not _TOKEN_RE.fullmatch(token) or len(token) < MIN_ADMIN_TOKEN_CHARS:
-            problems.append(
-                f"variable {ENV_ADMIN_TOKEN}: expected at least {MIN_ADMIN_TOKEN_CHARS} printable"
-                " ASCII characters without spaces (e.g. `openssl rand -hex 24`), got a value of"
-                f" {len(token)} characters (not shown)"
-            )
-        else:
-            hashes.append(hashlib.sha256(token.encode("ascii")).digest())
-    digest = env.get(ENV_ADMIN_TOKEN_SHA256, "").strip()
-    if digest:
-        if not _SHA256_RE.fullmatch(digest):
-            problems.append(
-                f"variable {ENV_ADMIN_TOKEN_SHA256}: expected 64 hex digits, the SHA-256 of the"
-                f' token (printf %s "$TOKEN" | sha256sum), got a value of {len(digest)}'
-                " characters (not shown)"
-            )
-        elif bytes.fromhex(digest) not in hashes:
-            hashes.append(bytes.fromhex(digest))
-    if problems:
-        raise ConfigError("<environment>", problems)
-    return tuple(hashes)

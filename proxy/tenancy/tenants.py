@@ -10,7 +10,7 @@ server swaps its one reference, so a request keeps the value it started with.
   credentials go upstream untouched. With no policy file it is the built-in tenant ``default``;
   with exactly one policy file, that file describes it (for admin tokens, source roots, compaction
   overrides). Two or more files are an error. ``Config.admin_token_hashes`` (the environment's
-  admin token, ``proxy.config.settings.admin_tokens_from_env``) are added to its admin tokens.
+  admin token, ``proxy.config.environment.admin_tokens_from_env``) are added to its admin tokens.
 * ``keys``: clients send a proxy-issued key (``x-api-key``, else ``Authorization: Bearer``); its
   SHA-256 is compared, in constant time, with every stored hash of every tenant. No match is
   ``None`` here and a 401 ``authentication_error`` at the edge.
@@ -434,7 +434,7 @@ def load_tenancy(
         return Tenancy("keys", tuple(loaded), None)
     default = loaded[0] if loaded else _builtin_default(config, state_dir)
     extra = tuple(h for h in config.admin_token_hashes if h not in default.admin_token_hashes)
-    if extra:  # the environment's admin token (proxy.config.settings.admin_tokens_from_env)
+    if extra:  # the environment's admin token (proxy.config.environment.admin_tokens_from_env)
         default = replace(default, admin_token_hashes=default.admin_token_hashes + extra)
     return Tenancy("passthrough", (default,), default)
 

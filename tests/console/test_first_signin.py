@@ -29,8 +29,9 @@ import pytest
 import yaml
 from playwright.sync_api import expect
 
+from proxy.config.environment import admin_tokens_from_env
 from proxy.config.schema import ConfigError
-from proxy.config.settings import AuthConfig, admin_tokens_from_env
+from proxy.config.settings import AuthConfig
 from proxy.console.first_signin import OneTimeSignIn, signin_link, tenant_without_admin_token
 from proxy.tenancy.tenants import load_tenancy
 from tests.console.browser import Watched, screenshot
