@@ -128,7 +128,9 @@ class StoreConfig:
         metadata=check(
             or_empty(store_url),
             doc="`sqlite:///path/to/file.db` or `postgresql://user@host:5432/db` (replicas share one"
-            " PostgreSQL); `\"\"` = `sqlite:///<state_dir>/context-proxy.db`.",
+            " PostgreSQL); `\"\"` = `sqlite:///<state_dir>/context-proxy.db`. Keep the password out of"
+            " the file: `CONTEXT_PROXY_STORE_PASSWORD` (or a file named by"
+            " `CONTEXT_PROXY_STORE_PASSWORD_FILE`) gives it.",
         ),
     )
 

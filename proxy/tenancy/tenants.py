@@ -1,6 +1,6 @@
 """Tenants: who a client is, how its requests reach the provider, what it may read.
 
-One YAML file per tenant in ``policies_dir`` (format: ``policies/README.md``), validated at
+One YAML file per tenant in ``policies_dir`` (format: ``docs/guides/tenants.md``), validated at
 start-up into one immutable :class:`Tenancy`. A reload (SIGHUP) is :func:`load_tenancy` again; the
 server swaps its one reference, so a request keeps the value it started with.
 

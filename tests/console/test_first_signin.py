@@ -187,7 +187,7 @@ class TerminalServe:
 
 @pytest.fixture
 def bare_config(tmp_path: Path) -> Path:
-    """No policy file, nothing about admin tokens: the README's first start."""
+    """No policy file, nothing about admin tokens: the quick start's first start."""
     config = tmp_path / "proxy.yaml"
     config.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "upstream": {"base_url": "http://127.0.0.1:9"}}))
     return config
