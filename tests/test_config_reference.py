@@ -6,7 +6,6 @@ key with its type, default and allowed values, sorted and grouped by section
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,22 +18,15 @@ from proxy.config.reference import rows, undescribed
 from proxy.config.schema import check, doc, one_of, positive
 from proxy.config.settings import Config
 from proxy.tenancy.tenants import PolicyFile
+from tests.docs_hook import load_hook
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "reference" / "configuration.md"
 
 
-def _hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_reference_hook", ROOT / "docs" / "hooks" / "reference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def hook() -> ModuleType:
-    return _hook()
+    return load_hook()
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ exactly the headers the proxy reads and writes; the README stays a landing page.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
@@ -17,21 +16,15 @@ from types import ModuleType
 import pytest
 import yaml
 
+from tests.docs_hook import load_hook
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 
 
-def _hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_reference_hook", DOCS / "hooks" / "reference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def hook() -> ModuleType:
-    return _hook()
+    return load_hook()
 
 
 def _build(root: Path, site: Path) -> subprocess.CompletedProcess[str]:

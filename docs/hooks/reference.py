@@ -21,8 +21,8 @@ from typing import Any, NamedTuple
 import yaml
 
 from proxy.cli.main import build_parser
+from proxy.config.reference import cell, rows
 from proxy.config.reference import markdown as keys_markdown
-from proxy.config.reference import rows
 from proxy.config.retention import RetentionConfig
 from proxy.config.settings import CompactionConfig, Config
 from proxy.config.upstream import UpstreamTarget
@@ -39,10 +39,6 @@ POLICY_REFER: dict[type, str] = {
     RetentionConfig: "retention",
     UpstreamTarget: "upstream",
 }
-
-
-def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
 
 
 def configuration() -> str:
@@ -83,7 +79,7 @@ def metrics() -> str:
     lines = ["| metric | type | labels | what it counts |", "|---|---|---|---|"]
     for m in metric_rows():
         labels = ", ".join(f"`{label}`" for label in m.labels)
-        lines.append(f"| `{m.name}` | {m.type} | {labels} | {_cell(m.help)} |")
+        lines.append(f"| `{m.name}` | {m.type} | {labels} | {cell(m.help)} |")
     return "\n".join(lines)
 
 
@@ -151,7 +147,7 @@ def admin_api() -> str:
     lines = ["| method | path (under `/admin/v1`) | what | query parameters |", "|---|---|---|---|"]
     for method, path, summary, query in admin_routes():
         params = ", ".join(f"`{q}`" for q in query)
-        lines.append(f"| {method} | `{path}` | {_cell(summary)} | {params} |")
+        lines.append(f"| {method} | `{path}` | {cell(summary)} | {params} |")
     return "\n".join(lines)
 
 

@@ -33,7 +33,7 @@ from proxy.config.schema import (
     store_url,
 )
 
-__all__ = ["Key", "markdown", "rows", "undescribed"]
+__all__ = ["Key", "cell", "markdown", "rows", "undescribed"]
 
 # What the shared field checks accept, as the reference prints it (a check of its own is
 # described in the key's text).
@@ -161,7 +161,7 @@ def undescribed(cls: type, refer: Mapping[type, str] | None = None) -> list[str]
     return [key.path for key in rows(cls, refer) if not key.doc]
 
 
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
     """``text`` in a table cell: ``|`` escaped outside code spans (Markdown's table extension
     leaves a code span's pipes alone)."""
     parts = text.replace("\n", " ").split("`")
@@ -223,7 +223,7 @@ def _table(keys: list[Key], links: str) -> str:
     for key in sorted(keys, key=lambda k: k.path):
         default = f"`{key.default}`" if key.default else ""
         lines.append(
-            f"| `{key.path}` | {key.type} | {_cell(default)} | {_cell(key.allowed)}"
-            f" | {_cell(_about(key, links))} |"
+            f"| `{key.path}` | {key.type} | {cell(default)} | {cell(key.allowed)}"
+            f" | {cell(_about(key, links))} |"
         )
     return "\n".join(lines) + "\n"
