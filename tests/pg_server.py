@@ -159,7 +159,9 @@ class PrivateServer:
     keeps ``fsync`` on: the durable configuration under test.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, password: str | None = None) -> None:
+        """``password``: TCP connections must give it (SCRAM), as on a real server; without,
+        every connection is trusted."""
         if server_url() is None:  # PostgreSQL tests are opted into with .ci/pg, these too
             pytest.skip(SKIP_REASON)
         bindir = postgres_bindir()
@@ -178,14 +180,20 @@ class PrivateServer:
         self.data = self.dir / "data"
         self.port = _free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        auth = ["-A", "trust"]
+        if password is not None:
+            pwfile = self.dir / "pwfile"
+            pwfile.write_text(password + "\n")
+            if self._owner is not None:
+                os.chown(pwfile, self._owner.pw_uid, self._owner.pw_gid)
+            auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
         self._pg(
             "initdb",
             "-D",
             str(self.data),
             "-U",
             "postgres",
-            "-A",
-            "trust",
+            *auth,
             "-E",
             "UTF8",
             "--locale=C",

@@ -15,8 +15,9 @@ import httpx2 as httpx
 import orjson
 import pytest
 
+from proxy.config.environment import config_path_from_env
 from proxy.config.schema import ConfigError
-from proxy.config.settings import Config, config_path_from_env, load_config
+from proxy.config.settings import Config, load_config
 from tests.harness import ListeningProcess
 from tests.upstream import FakeUpstream, Stream, text_stream_events
 

@@ -395,7 +395,7 @@ def test_a_stream_reaches_the_client_event_by_event(
 ) -> None:
     """The upstream sends events up to a gate and waits there: the client must have them all
     before the test opens the gate. (When the proxy offers its retrieval tool, a round's blocks
-    from the first ``tool_use`` on are held until the round ends, by design: README, "Streaming is
+    from the first ``tool_use`` on are held until the round ends, by design: docs/guides/compaction.md, "Streaming is
     spliced"; text, as here, streams.)"""
     proxy, body, headers = _stream_case(case, make_proxy, loop_thread)
     events = text_stream_events("The parser is ported.", deltas=3)

@@ -2,7 +2,7 @@
 
 Clients decorate requests with bytes they move from turn to turn; the proxy's identities of "the
 same conversation" and "the same message" must not see them. The decorations a client is known
-to move (README, "Identity"): ``cache_control`` on any content block, a nested tool-result
+to move (docs/guides/compaction.md, "Identity"): ``cache_control`` on any content block, a nested tool-result
 block, a system block or a tool definition, with or without ``ttl`` / ``scope`` (Claude Code
 2.1.197 moves its one message marker to the newest message on every request, the first message
 carrying it on the first turn only; observed against a local fake), and turn-scoped system

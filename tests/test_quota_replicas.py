@@ -1,7 +1,7 @@
 """Two proxy replicas (each on its own event loop thread) sharing one PostgreSQL store, against one
 budget and one rate limit, with concurrent clients racing at the edge: requests are never admitted
 over the limit; tokens and spend overshoot by at most what the requests in flight used (the bound
-in README, "Budgets and rate limits"); what is counted is exactly what the provider reported,
+in docs/guides/limits.md); what is counted is exactly what the provider reported,
 priced as the usage ledger prices it.
 
 Needs PostgreSQL (``CONTEXT_PROXY_TEST_PG``; skipped without it)."""

@@ -7,8 +7,9 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
+from proxy.config.retention import KindRetention, RetentionConfig
 from proxy.config.schema import ConfigError
-from proxy.config.settings import KindRetention, RetentionConfig, load_config, parse_config
+from proxy.config.settings import load_config, parse_config
 from proxy.server.maintenance.retention import RETENTION
 from proxy.tenancy.tenants import PolicyError, load_tenancy
 from tests.conftest import ProxyFactory

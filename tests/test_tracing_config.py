@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from proxy.config.schema import ConfigError
-from proxy.config.settings import TracingConfig, load_config, parse_config
+from proxy.config.settings import load_config, parse_config
+from proxy.config.tracing import TracingConfig
 
 
 def _tracing(env: dict[str, str], path: Path | None = None) -> TracingConfig:

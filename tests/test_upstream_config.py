@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from proxy.config.schema import ConfigError
-from proxy.config.settings import UpstreamTarget, parse_config
+from proxy.config.settings import parse_config
+from proxy.config.upstream import UpstreamTarget
 from proxy.tenancy.tenants import PolicyError, load_tenancy
 
 

@@ -8,8 +8,13 @@ import sys
 from collections.abc import Sequence
 
 from proxy.cli import admin as admin_cli
+from proxy.config.environment import (
+    admin_tokens_from_env,
+    config_path_from_env,
+    store_password_from_env,
+)
 from proxy.config.schema import ConfigError
-from proxy.config.settings import admin_tokens_from_env, config_path_from_env, load_config
+from proxy.config.settings import load_config
 from proxy.logs import formatting as log_format
 
 
@@ -23,6 +28,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(config_path_from_env(args.config), env=True)
         config = config.with_admin_tokens(admin_tokens_from_env())
+        config = config.with_store_password(store_password_from_env())
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ import reprlib
 import types
 import typing
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -133,14 +134,40 @@ def doc(text: str) -> dict[str, Any]:
     return {"doc": text}
 
 
-def one_of(*choices: str, fold: bool = False) -> Callable[[str], str | None]:
+@dataclass(frozen=True, slots=True)
+class OneOf:
+    """A check: the value is one of ``choices`` (``fold``: in any case); the configuration
+    reference lists the choices."""
+
+    choices: tuple[str, ...]
+    fold: bool = False
+
+    def __call__(self, value: str) -> str | None:
+        if self.fold:
+            ok = value.upper() in {c.upper() for c in self.choices}
+        else:
+            ok = value in self.choices
+        return None if ok else "one of " + ", ".join(self.choices)
+
+
+def one_of(*choices: str, fold: bool = False) -> OneOf:
     """A check: the value is one of ``choices`` (``fold``: in any case)."""
-    allowed = {c.upper() for c in choices} if fold else set(choices)
+    return OneOf(choices, fold)
 
-    def problem(value: str) -> str | None:
-        return None if (value.upper() if fold else value) in allowed else "one of " + ", ".join(choices)
 
-    return problem
+@dataclass(frozen=True, slots=True)
+class OrEmpty:
+    """A check: the empty string (the key's "not set"), or a value ``inner`` accepts."""
+
+    inner: Callable[[Any], str | None]
+
+    def __call__(self, value: Any) -> str | None:
+        return None if value == "" else self.inner(value)
+
+
+def or_empty(inner: Callable[[Any], str | None]) -> OrEmpty:
+    """A check: ``""`` (not set) or a value ``inner`` accepts."""
+    return OrEmpty(inner)
 
 
 def _type_name(tp: Any) -> str:

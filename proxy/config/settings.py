@@ -1,247 +1,301 @@
 """Configuration: one YAML file, validated once at start-up into frozen dataclasses.
 
 Every key has a default, so the proxy runs with no file at all. Unknown keys and wrong types are
-errors that name the file, the key and what was expected. The environment is read here, by
-:func:`config_path_from_env` (which file), :func:`admin_tokens_from_env` (an admin token for
-the passthrough tenant: ``Config.admin_token_hashes``, never a file key) and
-:func:`tracing_from_env` (the standard ``OTEL_*`` variables under ``tracing:``), when ``serve`` starts;
-tenant policies read the variables they name in :func:`proxy.tenancy.tenants.load_tenancy`. How a file is
-read and a section built and checked is :mod:`proxy.config.schema`; the sections are here.
+errors that name the file, the key and what was expected. What ``serve`` reads from the
+environment (which file, the admin token, the store's password) is :mod:`proxy.config.environment`;
+the standard ``OTEL_*`` variables are the base of ``tracing:`` (:func:`tracing_from_env`); tenant
+policies read the variables they name in :func:`proxy.tenancy.tenants.load_tenancy`. How a file is
+read and a section built and checked is :mod:`proxy.config.schema`; the sections are here, but
+``upstream:`` (:mod:`proxy.config.upstream`), ``retention:`` (:mod:`proxy.config.retention`) and
+``tracing:`` (:mod:`proxy.config.tracing`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from proxy.config.environment import url_with_password
+from proxy.config.retention import RetentionConfig
 from proxy.config.schema import (
     ConfigError,
     build_section,
     check,
-    http_url,
+    doc,
     non_negative,
     one_of,
+    or_empty,
     port_number,
     positive,
     ratio,
     read_yaml,
     store_url,
 )
-from proxy.config.tracing_env import parse_pairs, sdk_disabled, tracing_values
+from proxy.config.tracing import TracingConfig
+from proxy.config.tracing_env import sdk_disabled, tracing_values
+from proxy.config.upstream import UpstreamConfig
 from proxy.core.limits import limit_problem
-from proxy.formats.bridging import path_problem
-
-ENV_CONFIG = "CONTEXT_PROXY_CONFIG"
-# An admin token for the passthrough tenant (the admin API and the console), as the token itself
-# (only its SHA-256 is kept) or as that hash; either turns off the one-time console link.
-ENV_ADMIN_TOKEN = "CONTEXT_PROXY_ADMIN_TOKEN"
-ENV_ADMIN_TOKEN_SHA256 = "CONTEXT_PROXY_ADMIN_TOKEN_SHA256"
-MIN_ADMIN_TOKEN_CHARS = 16
 
 
 @dataclass(frozen=True, slots=True)
 class ListenConfig:
-    host: str = "127.0.0.1"
-    port: int = field(default=8080, metadata=check(port_number))
-
-
-UPSTREAM_FORMATS = ("anthropic", "bedrock", "vertex")
-
-
-@dataclass(frozen=True, slots=True)
-class BetaFieldsConfig:
-    """The body fields one beta enables (``proxy.formats.bridging``): dropped with it."""
-
-    beta: str = field(default="", metadata=check(lambda v: None if v.strip() else "a beta name"))
-    fields: tuple[str, ...] = field(
-        default=(),
-        metadata=check(lambda v: next((p for p in map(path_problem, v) if p), None)),
+    host: str = field(
+        default="127.0.0.1",
+        metadata=doc("The address the proxy listens on (`--host` overrides it); `0.0.0.0` in a container."),
     )
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamTarget:
-    """Which platform a tenant's requests go to (``upstream:`` in the config and in a policy)."""
-
-    # anthropic (the Messages API at upstream.base_url), bedrock (Bedrock Runtime), vertex
-    format: str = field(
-        default="anthropic",
-        metadata=check(lambda v: None if v in UPSTREAM_FORMATS else "one of " + ", ".join(UPSTREAM_FORMATS)),
+    port: int = field(
+        default=8080,
+        metadata=check(port_number, doc="The port it listens on (`--port` overrides it; 0 = any free port)."),
     )
-    # another endpoint for the platform ("" = its public one: bedrock-runtime.<region>.amazonaws.com,
-    # <location>-aiplatform.googleapis.com; upstream.base_url for anthropic)
-    endpoint_url: str = field(default="", metadata=check(lambda v: None if v == "" else http_url(v)))
-    # bedrock: the AWS region, the inference-profile geography ("us", "eu", "global"; "" = the
-    # model id itself), and a named profile of the AWS shared files ("" = the default chain)
-    region: str = ""
-    profile_geo: str = ""
-    aws_profile: str = ""
-    # vertex: the Google Cloud project and location, and a credentials JSON file ("" =
-    # application-default credentials)
-    project: str = ""
-    location: str = ""
-    credentials_file: str = ""
-    # the betas the platform accepts ([] = the built-in list of proxy.formats.bridging), and the
-    # body fields a beta enables (before the built-in pairs)
-    accepted_betas: tuple[str, ...] = ()
-    beta_fields: tuple[BetaFieldsConfig, ...] = ()
-
-    def problems(self, prefix: str) -> list[str]:
-        """What the chosen format still needs."""
-        out: list[str] = []
-        if self.format == "bedrock" and not self.region:
-            out.append(f"key '{prefix}.region': expected an AWS region with format bedrock, missing")
-        if self.format == "vertex":
-            for key in ("project", "location"):
-                if not getattr(self, key):
-                    out.append(f"key '{prefix}.{key}': expected a value with format vertex, missing")
-        for i, entry in enumerate(self.beta_fields):
-            if not entry.beta.strip():
-                out.append(f"key '{prefix}.beta_fields[{i}].beta': expected a beta name, missing")
-        return out
-
-
-def target_of(upstream: UpstreamTarget) -> UpstreamTarget:
-    """The platform part of ``upstream`` (an :class:`UpstreamConfig` is one, with more keys)."""
-    return UpstreamTarget(**{f.name: getattr(upstream, f.name) for f in dataclasses.fields(UpstreamTarget)})
-
-
-@dataclass(frozen=True, slots=True)
-class UpstreamConfig(UpstreamTarget):
-    base_url: str = field(default="https://api.anthropic.com", metadata=check(http_url))
-    connect_timeout: float = field(default=10.0, metadata=check(positive))
-    # Longest silence between two reads of the upstream response (SSE pings arrive every ~15 s).
-    read_timeout: float = field(default=600.0, metadata=check(positive))
-    # Keep-alive pool size for the one ClientSession.
-    pool_size: int = field(default=512, metadata=check(positive))
 
 
 @dataclass(frozen=True, slots=True)
 class LimitsConfig:
-    max_body_bytes: int = field(default=32 * 1024 * 1024, metadata=check(positive))
-    # Requests handled at once; beyond it the proxy answers 529 overloaded_error.
-    max_concurrent_requests: int = field(default=4096, metadata=check(positive))
-    # Slow and idle clients (proxy/server/http/connections.py): seconds to receive a complete
-    # request head; longest silence while reading a body; keep-alive between requests; open client
-    # connections (beyond it the longest-waiting connection without a request in progress is
-    # closed, else the new one).
-    header_timeout: float = field(default=10.0, metadata=check(positive))
-    body_timeout: float = field(default=30.0, metadata=check(positive))
-    idle_timeout: float = field(default=75.0, metadata=check(positive))
-    max_connections: int = field(default=10_000, metadata=check(positive))
-    # The body memo (proxy/core/reparse.py): the latest body of each conversation, parsed, so a
-    # re-sent history is not parsed again. Bytes of body text it keeps (its parsed objects take
-    # ~4-5x that in memory); 0 turns it off.
-    body_memo_bytes: int = field(default=16 * 1024 * 1024, metadata=check(non_negative))
+    max_body_bytes: int = field(
+        default=32 * 1024 * 1024,
+        metadata=check(
+            positive,
+            doc="Larger request bodies get 413 `request_too_large`, without contacting the upstream"
+            " (32 MiB: the provider's own limit).",
+        ),
+    )
+    max_concurrent_requests: int = field(
+        default=4096,
+        metadata=check(positive, doc="Requests handled at once; beyond it 529 `overloaded_error` with `retry-after`."),
+    )
+    header_timeout: float = field(
+        default=10.0,
+        metadata=check(
+            positive,
+            doc="Seconds to receive a complete request head, from a new connection's start or a"
+            " kept-alive one's first byte; then 408 (if part of a head came) and the connection closes.",
+        ),
+    )
+    body_timeout: float = field(
+        default=30.0,
+        metadata=check(
+            positive,
+            doc="Longest silence while reading a request body (not counted while the proxy itself is"
+            " not reading); then the connection closes and the request is abandoned (nothing left upstream).",
+        ),
+    )
+    idle_timeout: float = field(
+        default=75.0,
+        metadata=check(positive, doc="Keep-alive: an idle connection between requests closes after this many seconds."),
+    )
+    max_connections: int = field(
+        default=10_000,
+        metadata=check(
+            positive,
+            doc="Open client connections; one more closes the oldest connection with no request in"
+            " progress (idle or still sending its head), or the new one when every connection is busy:"
+            " a request in progress is never cut for room. Capped by the open-files limit, whose soft"
+            " value is raised to the hard one at start.",
+        ),
+    )
+    body_memo_bytes: int = field(
+        default=16 * 1024 * 1024,
+        metadata=check(
+            non_negative,
+            doc="The body memo (`proxy/core/reparse.py`): the latest body of each conversation (per"
+            " tenant and credential) kept parsed, so the next turn parses only its new bytes. Bytes of"
+            " body text kept (its parsed objects take ~4-5x that in memory); `0` turns it off.",
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class ShutdownConfig:
-    # On SIGTERM: stop accepting, let in-flight requests finish for this long, then exit.
-    grace_seconds: float = field(default=30.0, metadata=check(positive))
+    grace_seconds: float = field(
+        default=30.0,
+        metadata=check(
+            positive,
+            doc="On SIGTERM: stop accepting, let in-flight requests finish for this long, then end"
+            " the streams still running (an SSE `overloaded_error`) and exit. Keep it below the"
+            " orchestrator's stop timeout.",
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
-    # Empty means "<state_dir>/context-proxy.db" (SQLite).
-    url: str = field(default="", metadata=check(lambda v: None if v == "" else store_url(v)))
+    url: str = field(
+        default="",
+        metadata=check(
+            or_empty(store_url),
+            doc="`sqlite:///path/to/file.db` or `postgresql://user@host:5432/db` (replicas share one"
+            " PostgreSQL); `\"\"` = `sqlite:///<state_dir>/context-proxy.db`. Keep the password out of"
+            " the file: `CONTEXT_PROXY_STORE_PASSWORD` (or a file named by"
+            " `CONTEXT_PROXY_STORE_PASSWORD_FILE`) gives it.",
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class SummaryConfig:
-    model: str = "claude-haiku-4-5"
-    max_tokens: int = field(default=2000, metadata=check(positive))
-    timeout_seconds: float = field(default=60.0, metadata=check(positive))
-    max_retries: int = 2
-    # Replicas racing to summarise the same history: one holds a lease in the store and calls,
-    # the others wait for its text; it renews the lease while calling, and a crashed holder's
-    # lease expires after this many seconds.
-    lease_seconds: float = field(default=15.0, metadata=check(positive))
-    # Empty means the built-in structured hand-off prompt.
-    prompt: str = ""
-    # Tokens one summariser call may read; a larger removed region is summarised in parts, as
-    # a chain of at most max_calls calls (each reads the previous call's summary).
-    input_budget: int = field(default=24_000, metadata=check(positive))
-    max_calls: int = field(default=6, metadata=check(positive))
-    # who writes the summary: "proxy" (``model`` summarises a rendering of the removed turns) or
-    # "provider" (the provider's on-demand compaction, beta compact-2026-09-04, on the request's
-    # own model; its signed block leads the view; "proxy" is the fallback when it refuses)
+    model: str = field(default="claude-haiku-4-5", metadata=doc("The model that writes L4 summaries (`mode: proxy`)."))
+    max_tokens: int = field(default=2000, metadata=check(positive, doc="`max_tokens` of one summary call."))
+    timeout_seconds: float = field(
+        default=60.0, metadata=check(positive, doc="One summary call's deadline; then the pruned view is kept.")
+    )
+    max_retries: int = field(default=2, metadata=doc("Retries of a failed summary call (the SDK's retry rules)."))
+    lease_seconds: float = field(
+        default=15.0,
+        metadata=check(
+            positive,
+            doc="Replicas racing to summarise the same history: one holds a lease in the store and"
+            " calls, the others wait for its text; it renews the lease while calling, and a crashed"
+            " holder's lease expires after this many seconds.",
+        ),
+    )
+    prompt: str = field(default="", metadata=doc('The summary prompt; `""` = the built-in structured hand-off prompt.'))
+    input_budget: int = field(
+        default=24_000,
+        metadata=check(
+            positive,
+            doc="Tokens one summary call may read (at least `max_tokens` + 200); a larger removed"
+            " region is summarised in parts, as a chain of calls (each reads the previous summary).",
+        ),
+    )
+    max_calls: int = field(
+        default=6,
+        metadata=check(
+            positive,
+            doc="Most calls in one compaction's chain; a region that needs more is rendered with"
+            " smaller per-piece caps rather than dropping anything.",
+        ),
+    )
     mode: str = field(
         default="proxy",
-        metadata=check(lambda v: None if v in ("proxy", "provider") else '"proxy" or "provider"'),
+        metadata=check(
+            one_of("proxy", "provider"),
+            doc="Who writes the L4 summary: `proxy` (`model` summarises the removed turns) or"
+            " `provider` (the provider's on-demand compaction, beta `compact-2026-09-04`, on the"
+            " request's own model; `proxy` is the fallback when it refuses).",
+        ),
     )
 
 
 @dataclass(frozen=True, slots=True)
 class RetrievalConfig:
-    # The context_proxy_retrieve tool, offered once a forwarded view names a pointer the model
-    # can redeem (a cut tool result's artifact, the transcript range a prune/summary removed).
-    enabled: bool = True
-    # Hidden rounds (extra upstream calls answering the tool) per client request.
-    max_rounds: int = field(default=3, metadata=check(positive))
-    # Characters one tool result returns: the default and the most a call may ask for.
-    max_chars: int = field(default=40_000, metadata=check(positive))
-    # While a streamed answer waits for a hidden round, a ping goes to the client this often.
-    ping_seconds: float = field(default=5.0, metadata=check(positive))
+    enabled: bool = field(
+        default=True,
+        metadata=doc(
+            "Offer the `context_proxy_retrieve` tool once a forwarded view names a pointer the model"
+            " can redeem (a cut tool result's artifact, the transcript range a prune or summary removed)."
+        ),
+    )
+    max_rounds: int = field(
+        default=3,
+        metadata=check(positive, doc="Hidden retrieval rounds (extra upstream calls) per client request."),
+    )
+    max_chars: int = field(
+        default=40_000,
+        metadata=check(positive, doc="Characters one tool result returns: the default and the most a call may ask for."),
+    )
+    ping_seconds: float = field(
+        default=5.0,
+        metadata=check(positive, doc="While a streamed answer waits for a hidden round, a `ping` goes to the client this often."),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class ReadToolConfig:
-    name: str = ""
-    path_key: str = "path"
-    # Only calls whose input has command == this value are reads ("" = every call).
-    command: str = ""
+    name: str = field(default="", metadata=doc("The tool's name (required)."))
+    path_key: str = field(default="path", metadata=doc("The input key holding the file path."))
+    command: str = field(
+        default="",
+        metadata=doc('Only calls whose input has `command` equal to this are reads (`""` = every call).'),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class CompactionConfig:
-    enabled: bool = True
-    # tokens, or a share of the model's context window ("40%")
+    enabled: bool = field(default=True, metadata=doc("`false` forwards every request uncompacted."))
     threshold: int | str = field(
-        default=80_000, metadata=check(lambda v: limit_problem(v, auto=False))
+        default=80_000,
+        metadata=check(
+            lambda v: limit_problem(v, auto=False),
+            doc='Compact above this many (calibrated) tokens, or a share of the model\'s context window'
+            ' written `"40%"` (lowered to the hard limit when above it).',
+        ),
     )
-    # tokens, a share of the window, or "auto": the window minus the request's max_tokens
     hard_limit: int | str = field(
-        default="auto", metadata=check(lambda v: limit_problem(v, auto=True))
+        default="auto",
+        metadata=check(
+            lambda v: limit_problem(v, auto=True),
+            doc="Still over this after every layer: 400 `prompt is too long`, without calling the"
+            ' provider. `auto` = the model\'s window minus the request\'s `max_tokens` (what the provider'
+            ' would refuse); or tokens, or `"95%"` of the window.',
+        ),
     )
-    target_ratio: float = field(default=0.55, metadata=check(ratio))
-    tool_result_cap: int = field(default=5_000, metadata=check(positive))
-    keep_recent: int = field(default=6, metadata=check(positive))
-    max_plans: int = field(default=10_000, metadata=check(positive))
-    # Requests whose uncached part is larger than this are counted off the event loop.
-    offload_bytes: int = field(default=256 * 1024, metadata=check(positive))
-    summary: SummaryConfig = SummaryConfig()
-    # Empty means the defaults: Read(file_path), str_replace_based_edit_tool/str_replace_editor
-    # view(path), read_file(path).
-    read_tools: tuple[ReadToolConfig, ...] = ()
-    # The recent window shrinks (whole interactions) when it alone keeps the view over target.
-    shrink_window: bool = True
-    retrieval: RetrievalConfig = RetrievalConfig()
+    target_ratio: float = field(
+        default=0.55,
+        metadata=check(ratio, doc="Once triggered, compact down to `threshold x target_ratio` (hysteresis: compactions stay rare)."),
+    )
+    tool_result_cap: int = field(
+        default=5_000,
+        metadata=check(positive, doc="L1: tool results over this many tokens keep a head and a tail, with a marker naming the full text."),
+    )
+    keep_recent: int = field(
+        default=6,
+        metadata=check(positive, doc="L3/L4: recent messages kept whole (fewer when they alone are over the target: `shrink_window`)."),
+    )
+    max_plans: int = field(default=10_000, metadata=check(positive, doc="Compaction plans remembered in-process."))
+    offload_bytes: int = field(
+        default=256 * 1024,
+        metadata=check(positive, doc="Requests whose uncached part is larger than this are counted off the event loop."),
+    )
+    summary: SummaryConfig = field(default=SummaryConfig(), metadata=doc("L4: the summary of what prune removed."))
+    read_tools: tuple[ReadToolConfig, ...] = field(
+        default=(),
+        metadata=doc(
+            "L2: the tools whose calls read a file (a later read of the same path supersedes an"
+            " earlier one). `[]` = `Read(file_path)`, `str_replace_based_edit_tool` /"
+            " `str_replace_editor` `view(path)`, `read_file(path)`."
+        ),
+    )
+    shrink_window: bool = field(
+        default=True,
+        metadata=doc(
+            "The recent window shrinks (whole interactions, down to the latest assistant message)"
+            " when it alone keeps the view over the target; `false` keeps `keep_recent` messages"
+            " whatever they weigh."
+        ),
+    )
+    retrieval: RetrievalConfig = field(
+        default=RetrievalConfig(), metadata=doc("The `context_proxy_retrieve` tool: reading back what was cut.")
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    # a glob on the request's model name (fnmatch: * ? [..]); entries are tried in order, before
-    # the built-in table
     match: str = field(
-        default="", metadata=check(lambda v: None if v.strip() else "a non-empty glob on the model name")
+        default="",
+        metadata=check(
+            lambda v: None if v.strip() else "a non-empty glob on the model name",
+            doc="A glob on the request's model name (fnmatch: `*`, `?`, `[..]`; required).",
+        ),
     )
-    context_window: int = field(default=200_000, metadata=check(positive))
-    # the window when the request carries the context-1m-2025-08-07 beta (0: no change)
+    context_window: int = field(default=200_000, metadata=check(positive, doc="The model's context window, in tokens."))
     context_window_1m: int = field(
-        default=0, metadata=check(lambda v: None if v >= 0 else "a positive number of tokens or 0 (no 1M window)")
+        default=0,
+        metadata=check(
+            lambda v: None if v >= 0 else "a positive number of tokens or 0 (no 1M window)",
+            doc="The window when the request carries the `context-1m-2025-08-07` beta (0: no change).",
+        ),
     )
-    # whether these models bind thinking blocks to their prefix: "prefix" (they do), "none"
-    # (they do not), "auto" (the built-in table of proxy.core.thinking decides)
     thinking_binding: str = field(
         default="auto",
-        metadata=check(lambda v: None if v in ("auto", "prefix", "none") else '"auto", "prefix" or "none"'),
+        metadata=check(
+            one_of("auto", "prefix", "none"),
+            doc="Whether these models bind thinking blocks to their prefix: `prefix` (they do), `none`"
+            " (they do not), `auto` (the built-in table of `proxy/core/thinking.py` decides).",
+        ),
     )
 
 
@@ -249,58 +303,46 @@ class ModelConfig:
 class ModelIdConfig:
     """One model's spellings (``proxy.core.model_ids``), before the built-in table."""
 
-    anthropic: str = field(default="", metadata=check(lambda v: None if v.strip() else "a model id"))
-    bedrock: str = ""  # "" = anthropic.<id>-v1:0
-    vertex: str = ""  # "" = <name>@<date> for a dated id, the id otherwise
-    aliases: tuple[str, ...] = ()
+    anthropic: str = field(
+        default="",
+        metadata=check(lambda v: None if v.strip() else "a model id", doc="The Anthropic model id (required)."),
+    )
+    bedrock: str = field(
+        default="", metadata=doc('Its Bedrock id, inference profile or ARN (`""` = `anthropic.<id>-v1:0`).')
+    )
+    vertex: str = field(
+        default="", metadata=doc('Its Vertex name (`""` = `<name>@<date>` for a dated id, the id otherwise).')
+    )
+    aliases: tuple[str, ...] = field(default=(), metadata=doc("Other names clients use for it."))
 
 
 @dataclass(frozen=True, slots=True)
 class LoggingConfig:
-    level: str = field(default="INFO", metadata=check(one_of("DEBUG", "INFO", "WARNING", "ERROR", fold=True)))
-    # text, or json: one JSON object per line (proxy/logs/formatting.py)
-    format: str = field(default="text", metadata=check(one_of("text", "json")))
+    level: str = field(
+        default="INFO",
+        metadata=check(one_of("DEBUG", "INFO", "WARNING", "ERROR", fold=True), doc="The log level."),
+    )
+    format: str = field(
+        default="text",
+        metadata=check(
+            one_of("text", "json"),
+            doc="`text` (`<time> <LEVEL> <logger> <message>`) or `json` (one object per line: `ts`,"
+            " `level`, `logger`, `message`, `exc`). Control characters in a message are escaped either way.",
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class AuthConfig:
-    # passthrough: one tenant, the client's own provider key goes upstream (policies_dir holds at
-    # most one policy file). keys: clients send proxy-issued keys, one policy file per tenant.
-    mode: str = field(default="passthrough", metadata=check(one_of("passthrough", "keys")))
-
-
-@dataclass(frozen=True, slots=True)
-class KindRetention:
-    """How long / how much of one kind of stored thing a tenant keeps (0 = no limit)."""
-
-    max_age_days: float = field(default=0.0, metadata=check(non_negative))
-    max_rows: int = field(default=0, metadata=check(non_negative))  # newest rows kept per tenant
-
-
-@dataclass(frozen=True, slots=True)
-class ArtifactRetention:
-    max_age_days: float = field(default=90.0, metadata=check(non_negative))
-    max_bytes: int = field(default=0, metadata=check(non_negative))  # per tenant
-
-
-@dataclass(frozen=True, slots=True)
-class RetentionConfig:
-    """``retention:``: what the garbage collector deletes (proxy/server/maintenance/retention.py).
-    The kinds can be overridden per tenant in its policy file; the scheduling keys are per
-    process."""
-
-    enabled: bool = True
-    interval_seconds: float = field(default=3600.0, metadata=check(positive))
-    batch_size: int = field(default=500, metadata=check(positive))
-    lease_seconds: float = field(default=300.0, metadata=check(positive))
-    plans: KindRetention = KindRetention(30.0, 100_000)
-    summaries: KindRetention = KindRetention(30.0, 100_000)
-    manifests: KindRetention = KindRetention(90.0, 100_000)
-    calibration: KindRetention = KindRetention(90.0, 1_000)
-    transcripts: KindRetention = KindRetention(90.0, 0)
-    artifacts: ArtifactRetention = ArtifactRetention()
-    usage_ledger: KindRetention = KindRetention(90.0, 0)
-    source_audit: KindRetention = KindRetention(90.0, 0)
+    mode: str = field(
+        default="passthrough",
+        metadata=check(
+            one_of("passthrough", "keys"),
+            doc="`passthrough`: one tenant, the client's own provider credentials go upstream"
+            " (`policies_dir` holds at most one policy file). `keys`: clients send proxy-issued keys,"
+            " one policy file per tenant.",
+        ),
+    )
 
 
 def _price_or_standard(value: float) -> str | None:
@@ -309,92 +351,145 @@ def _price_or_standard(value: float) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class LedgerConfig:
-    # One row per upstream call (usage, cost, compaction), written in the background.
-    enabled: bool = True
-    # Rows waiting for the store; beyond it new rows are dropped (and counted), never waited on.
-    queue_size: int = field(default=10_000, metadata=check(positive))
-    batch_size: int = field(default=500, metadata=check(positive))
-    # A batch is written when it is full or this long after its first row.
-    flush_seconds: float = field(default=0.5, metadata=check(positive))
+    enabled: bool = field(
+        default=True,
+        metadata=doc("Record one usage-ledger row per upstream call (usage, cost, compaction), written in the background."),
+    )
+    queue_size: int = field(
+        default=10_000,
+        metadata=check(
+            positive, doc="Rows waiting for the store; beyond it new rows are dropped (and counted), never waited on."
+        ),
+    )
+    batch_size: int = field(default=500, metadata=check(positive, doc="Rows per write."))
+    flush_seconds: float = field(
+        default=0.5, metadata=check(positive, doc="A batch is written when full or this long after its first row.")
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class PriceConfig:
-    # A model id or glob (fnmatch: claude-opus-4-5*); first match wins, before the built-ins.
-    model: str = ""
-    # USD per million tokens. The cache prices default to the provider's multipliers of
-    # ``input`` (5m write 1.25x, 1h write 2x, read 0.1x) when left at -1.
-    input: float = field(default=0.0, metadata=check(non_negative))
-    output: float = field(default=0.0, metadata=check(non_negative))
-    cache_write_5m: float = field(default=-1.0, metadata=check(_price_or_standard))
-    cache_write_1h: float = field(default=-1.0, metadata=check(_price_or_standard))
-    cache_read: float = field(default=-1.0, metadata=check(_price_or_standard))
+    model: str = field(
+        default="",
+        metadata=doc("A model id or glob (fnmatch: `claude-opus-4-5*`; required); the first match wins, before the built-ins."),
+    )
+    input: float = field(default=0.0, metadata=check(non_negative, doc="USD per million input tokens."))
+    output: float = field(default=0.0, metadata=check(non_negative, doc="USD per million output tokens."))
+    cache_write_5m: float = field(
+        default=-1.0,
+        metadata=check(_price_or_standard, doc="USD per million 5-minute cache-write tokens; -1 = 1.25 x `input`."),
+    )
+    cache_write_1h: float = field(
+        default=-1.0,
+        metadata=check(_price_or_standard, doc="USD per million 1-hour cache-write tokens; -1 = 2 x `input`."),
+    )
+    cache_read: float = field(
+        default=-1.0,
+        metadata=check(_price_or_standard, doc="USD per million cache-read tokens; -1 = 0.1 x `input`."),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class ConsoleConfig:
-    # The operator console at /console/ (read-only; signed in with an admin token).
-    enabled: bool = True
-    # A console sign-in lasts this long (absolute, not sliding); sign-out ends it at once.
-    session_ttl_seconds: int = field(default=8 * 3600, metadata=check(positive))
-
-
-def _pairs(value: str) -> str | None:
-    return None if parse_pairs(value) is not None else "key=value pairs separated by commas"
-
-
-@dataclass(frozen=True, slots=True)
-class TracingConfig:
-    # OpenTelemetry traces over OTLP/HTTP (protobuf); off unless configured here or by the
-    # standard OTEL_* variables (proxy/config/tracing_env.py; a key in this file wins over a variable).
-    enabled: bool = False
-    endpoint: str = field(default="http://localhost:4318/v1/traces", metadata=check(http_url))
-    # Sent with every export (a collector's credentials): ``k1=v1,k2=v2``; never printed.
-    headers: str = field(default="", repr=False, metadata=check(_pairs))
-    service_name: str = "context-proxy"
-    resource_attributes: str = field(default="", metadata=check(_pairs))
-    # Message content (prompts, answers) on spans: never unless true.
-    capture_content: bool = False
-    # Spans waiting for export; beyond it new spans are dropped (and counted), never waited on.
-    queue_size: int = field(default=2048, metadata=check(positive))
-    batch_size: int = field(default=512, metadata=check(positive))
-    # A batch leaves when full or this long after the previous one.
-    flush_seconds: float = field(default=5.0, metadata=check(positive))
-    # One export's deadline, retries included; then its spans are dropped (and counted).
-    export_timeout: float = field(default=10.0, metadata=check(positive))
-    # The exports' body: none or gzip.
-    compression: str = field(default="none", metadata=check(one_of("none", "gzip")))
+    enabled: bool = field(
+        default=True, metadata=doc("The read-only operator console at `/console/` (signed in with an admin token).")
+    )
+    session_ttl_seconds: int = field(
+        default=8 * 3600,
+        metadata=check(positive, doc="A console sign-in lasts this long (absolute, not sliding); sign-out ends it at once."),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    listen: ListenConfig = ListenConfig()
-    upstream: UpstreamConfig = UpstreamConfig()
-    limits: LimitsConfig = LimitsConfig()
-    shutdown: ShutdownConfig = ShutdownConfig()
-    state_dir: str = "./state"
-    store: StoreConfig = StoreConfig()
-    policies_dir: str = ""
-    auth: AuthConfig = AuthConfig()
-    compaction: CompactionConfig = CompactionConfig()
-    logging: LoggingConfig = LoggingConfig()
-    models: tuple[ModelConfig, ...] = ()
-    model_ids: tuple[ModelIdConfig, ...] = ()
-    retention: RetentionConfig = RetentionConfig()
-    ledger: LedgerConfig = LedgerConfig()
-    prices: tuple[PriceConfig, ...] = ()
-    console: ConsoleConfig = ConsoleConfig()
-    tracing: TracingConfig = TracingConfig()
+    listen: ListenConfig = field(default=ListenConfig(), metadata=doc("Where the proxy listens for clients."))
+    upstream: UpstreamConfig = field(
+        default=UpstreamConfig(),
+        metadata=doc("Where requests go: the provider's API, or Bedrock or Vertex (a tenant policy may choose another)."),
+    )
+    limits: LimitsConfig = field(
+        default=LimitsConfig(), metadata=doc("Request sizes, concurrency, client connections and the body memo.")
+    )
+    shutdown: ShutdownConfig = field(default=ShutdownConfig(), metadata=doc("The drain on SIGTERM."))
+    state_dir: str = field(
+        default="./state",
+        metadata=doc("Local state: the SQLite store file, artifacts and transcript exports (relative to the working directory)."),
+    )
+    store: StoreConfig = field(
+        default=StoreConfig(),
+        metadata=doc("The session store: durable state, transcripts, plans, summaries, the usage ledger, quota counters."),
+    )
+    policies_dir: str = field(
+        default="",
+        metadata=doc(
+            "The tenant policies: one YAML file per tenant (keys, provider, sources, overrides, budgets"
+            ' and rate limits); `""` = none. Relative to the working directory.'
+        ),
+    )
+    auth: AuthConfig = field(default=AuthConfig(), metadata=doc("How clients are told apart."))
+    compaction: CompactionConfig = field(
+        default=CompactionConfig(),
+        metadata=doc("When and how conversations are compacted (a tenant policy may override any key)."),
+    )
+    logging: LoggingConfig = field(default=LoggingConfig(), metadata=doc("Log lines."))
+    models: tuple[ModelConfig, ...] = field(
+        default=(),
+        metadata=doc(
+            "Context windows and thinking binding by model name, tried in order before the built-in"
+            " table (200k for current Claude models; 1M with the `context-1m-2025-08-07` beta where the"
+            " model has it; 200k for a model nothing matches)."
+        ),
+    )
+    model_ids: tuple[ModelIdConfig, ...] = field(
+        default=(),
+        metadata=doc(
+            "One model's Bedrock id (or inference profile, or ARN) and Vertex name, before the built-in"
+            " table of `proxy/core/model_ids.py`."
+        ),
+    )
+    retention: RetentionConfig = field(
+        default=RetentionConfig(),
+        metadata=doc(
+            "What the garbage collector deletes, by age and size, per kind (`0` = no limit; limits count"
+            " per tenant; a tenant policy may override the kinds)."
+        ),
+    )
+    ledger: LedgerConfig = field(default=LedgerConfig(), metadata=doc("The usage ledger: one row per upstream call."))
+    prices: tuple[PriceConfig, ...] = field(
+        default=(),
+        metadata=doc(
+            "Prices in USD per million tokens, first match wins, before the built-in table (the usage"
+            " ledger, savings and budgets use them)."
+        ),
+    )
+    console: ConsoleConfig = field(default=ConsoleConfig(), metadata=doc("The operator console."))
+    tracing: TracingConfig = field(
+        default=TracingConfig(), metadata=doc("OpenTelemetry traces (the standard `OTEL_*` variables apply too).")
+    )
     # SHA-256 digests of admin tokens for the passthrough tenant, from the environment
     # (:func:`admin_tokens_from_env`); not a file key.
     admin_token_hashes: tuple[bytes, ...] = field(default=(), repr=False, metadata={"env": True})
+    # The store's password, from the environment (:func:`store_password_from_env`); not a file key.
+    store_password: str = field(default="", repr=False, metadata={"env": True})
 
     @property
     def store_url(self) -> str:
-        return self.store.url or f"sqlite:///{Path(self.state_dir) / 'context-proxy.db'}"
+        """The store to open: ``store.url`` (with the environment's password, when one was
+        given), or SQLite under ``state_dir``. It may hold a password: never print it."""
+        url = self.store.url or f"sqlite:///{Path(self.state_dir) / 'context-proxy.db'}"
+        return url_with_password(url, self.store_password) if self.store_password else url
 
     def with_admin_tokens(self, hashes: tuple[bytes, ...]) -> Config:
         return dataclasses.replace(self, admin_token_hashes=hashes)
+
+    def with_store_password(self, password: str) -> Config:
+        """The store's password from the environment (``""``: none); :class:`ConfigError` when
+        the store cannot take one (SQLite, or a URL that holds its own)."""
+        if not password:
+            return self
+        config = dataclasses.replace(self, store_password=password)
+        config.store_url  # noqa: B018 - raises now, at start-up, rather than when the store opens
+        return config
 
     def with_listen(self, host: str | None, port: int | None) -> Config:
         listen = dataclasses.replace(
@@ -481,48 +576,3 @@ def tracing_from_env(environ: Mapping[str, str] | None = None) -> Config:
     if problems:
         raise ConfigError("<environment>", problems)
     return Config(tracing=tracing)
-
-
-def config_path_from_env(explicit: str | None, environ: Mapping[str, str] | None = None) -> str | None:
-    """``--config`` wins; otherwise ``CONTEXT_PROXY_CONFIG``; otherwise no file (defaults)."""
-    if explicit:
-        return explicit
-    env = os.environ if environ is None else environ
-    return env.get(ENV_CONFIG) or None
-
-
-_TOKEN_RE = re.compile(r"[\x21-\x7e]+", re.ASCII)  # printable ASCII, no whitespace: a header value
-_SHA256_RE = re.compile(r"[0-9a-fA-F]{64}", re.ASCII)
-
-
-def admin_tokens_from_env(environ: Mapping[str, str] | None = None) -> tuple[bytes, ...]:
-    """The SHA-256 of the passthrough tenant's admin token named by the environment:
-    ``CONTEXT_PROXY_ADMIN_TOKEN`` (the token: hashed here, the value not kept) and/or
-    ``CONTEXT_PROXY_ADMIN_TOKEN_SHA256`` (its hash). Unset or empty: none. :class:`ConfigError`
-    for a value that cannot be one, never showing it."""
-    env = os.environ if environ is None else environ
-    problems: list[str] = []
-    hashes: list[bytes] = []
-    token = env.get(ENV_ADMIN_TOKEN, "")
-    if token:
-        if not _TOKEN_RE.fullmatch(token) or len(token) < MIN_ADMIN_TOKEN_CHARS:
-            problems.append(
-                f"variable {ENV_ADMIN_TOKEN}: expected at least {MIN_ADMIN_TOKEN_CHARS} printable"
-                " ASCII characters without spaces (e.g. `openssl rand -hex 24`), got a value of"
-                f" {len(token)} characters (not shown)"
-            )
-        else:
-            hashes.append(hashlib.sha256(token.encode("ascii")).digest())
-    digest = env.get(ENV_ADMIN_TOKEN_SHA256, "").strip()
-    if digest:
-        if not _SHA256_RE.fullmatch(digest):
-            problems.append(
-                f"variable {ENV_ADMIN_TOKEN_SHA256}: expected 64 hex digits, the SHA-256 of the"
-                f' token (printf %s "$TOKEN" | sha256sum), got a value of {len(digest)}'
-                " characters (not shown)"
-            )
-        elif bytes.fromhex(digest) not in hashes:
-            hashes.append(bytes.fromhex(digest))
-    if problems:
-        raise ConfigError("<environment>", problems)
-    return tuple(hashes)

@@ -28,7 +28,7 @@ import hmac
 import ipaddress
 import secrets
 
-from proxy.config.settings import ENV_ADMIN_TOKEN, ENV_ADMIN_TOKEN_SHA256
+from proxy.config.environment import ENV_ADMIN_TOKEN, ENV_ADMIN_TOKEN_SHA256
 from proxy.tenancy.tenants import Tenancy, Tenant
 
 __all__ = [

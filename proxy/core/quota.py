@@ -26,7 +26,7 @@ and :func:`decide` admits or refuses:
   admitted while the window's count is under the limit, and the real usage is added when each
   upstream call ends (:func:`charge_of`, :func:`settlement`).
 
-The overshoot bound this gives (README, "Budgets and rate limits"): requests never; output tokens
+The overshoot bound this gives (docs/guides/limits.md): requests never; output tokens
 by at most the reservation of the last request admitted under the limit (admission asks "under
 the limit before this request", as for tokens and spend) plus what the proxy's own calls
 (summaries, retrieval rounds) produced for the requests in flight; input tokens and spend by at most what the requests in flight when the limit was reached

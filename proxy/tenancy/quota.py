@@ -22,7 +22,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
-from proxy.config.schema import check, one_of
+from proxy.config.schema import check, doc, one_of
 from proxy.core.quota import Allowance, Quota
 
 __all__ = ["QuotaFile", "build_quota"]
@@ -42,22 +42,68 @@ def _usd(value: float) -> str | None:
 class AllowanceFile:
     """One allowance: the tenant's own, ``per_key``'s, or a listed key's."""
 
-    requests_per_minute: int = field(default=0, metadata=check(_count))
-    input_tokens_per_minute: int = field(default=0, metadata=check(_count))
-    output_tokens_per_minute: int = field(default=0, metadata=check(_count))
-    budget_usd: float = field(default=0.0, metadata=check(_usd))
-    budget_period: str = field(default="month", metadata=check(one_of("day", "month")))
+    requests_per_minute: int = field(
+        default=0,
+        metadata=check(
+            _count,
+            doc="Requests to `/v1/messages` per UTC minute (`count_tokens` and the passthrough routes"
+            " are not counted); 0 = no limit.",
+        ),
+    )
+    input_tokens_per_minute: int = field(
+        default=0,
+        metadata=check(
+            _count,
+            doc="Input tokens per UTC minute as the provider reports them: `input_tokens` +"
+            " `cache_creation_input_tokens` (cache reads do not count); 0 = no limit.",
+        ),
+    )
+    output_tokens_per_minute: int = field(
+        default=0,
+        metadata=check(
+            _count,
+            doc="Output tokens per UTC minute; a request reserves its `max_tokens` (capped at the"
+            " limit) when admitted, settled with the real figure when the answer ends; 0 = no limit.",
+        ),
+    )
+    budget_usd: float = field(
+        default=0.0,
+        metadata=check(
+            _usd,
+            doc="Spend per `budget_period`, in USD: every upstream call made for the tenant (its"
+            " clients', the summary calls, hidden retrieval rounds) priced as the usage ledger prices"
+            " it (a model without a price counts 0); 0 = no budget.",
+        ),
+    )
+    budget_period: str = field(
+        default="month",
+        metadata=check(
+            one_of("day", "month"), doc="`day` (UTC midnight to midnight) or `month` (the UTC calendar month)."
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class KeyAllowanceFile(AllowanceFile):
-    key_sha256: str = ""
+    key_sha256: str = field(
+        default="",
+        metadata=doc("One of this policy's `api_keys_sha256`, each once (never echoed in errors)."),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class QuotaFile(AllowanceFile):
-    per_key: AllowanceFile = AllowanceFile()
-    keys: tuple[KeyAllowanceFile, ...] = ()
+    per_key: AllowanceFile = field(
+        default=AllowanceFile(),
+        metadata=doc(
+            "`auth.mode: keys`: what EACH proxy key of the tenant may use, on its own (the key's and"
+            " the tenant's limits both apply)."
+        ),
+    )
+    keys: tuple[KeyAllowanceFile, ...] = field(
+        default=(),
+        metadata=doc("These keys' own allowances, instead of `per_key` (`auth.mode: keys`)."),
+    )
 
 
 _HEX = re.compile(r"[0-9a-fA-F]{64}", re.ASCII)

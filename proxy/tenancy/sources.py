@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from proxy.config.schema import check, doc, one_of, or_empty, positive
 from proxy.sources.manifests import KEY_ID_RE, SigningKeys
 from proxy.sources.object_store import (
     ObjectStoreSettings,
@@ -36,20 +37,8 @@ _PRINTABLE_RE = re.compile(r"[\x21-\x7e]+", re.ASCII)
 MIN_SIGNING_KEY_BYTES = 32
 
 
-def _check(fn: object) -> dict[str, object]:
-    return {"check": lambda v: None if v == "" else fn(v)}  # type: ignore[operator]
-
-
 def _env_name(value: str) -> str | None:
     return None if value == "" or _ENV_NAME_RE.fullmatch(value) else "an environment variable name"
-
-
-def _addressing(value: str) -> str | None:
-    return None if value in ("path", "virtual") else "one of path, virtual"
-
-
-def _positive(value: float) -> str | None:
-    return None if value > 0 else "a positive number"
 
 
 def _key_id(value: str) -> str | None:
@@ -58,30 +47,76 @@ def _key_id(value: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class ObjectStoreFile:
-    bucket: str = field(default="", metadata=_check(check_bucket))
-    prefix: str = field(default="", metadata=_check(check_prefix))
-    endpoint: str = field(default="", metadata=_check(check_endpoint))
-    region: str = field(default="", metadata=_check(check_region))
-    addressing: str = field(default="path", metadata={"check": _addressing})
-    access_key_id_env: str = field(default="", metadata={"check": _env_name})
-    secret_access_key_env: str = field(default="", metadata={"check": _env_name})
-    session_token_env: str = field(default="", metadata={"check": _env_name})
-    connect_timeout: float = field(default=2.0, metadata={"check": _positive})
-    read_timeout: float = field(default=5.0, metadata={"check": _positive})
-    max_concurrency: int = field(default=8, metadata={"check": _positive})
-    max_object_bytes: int = field(default=64 << 20, metadata={"check": _positive})
+    bucket: str = field(
+        default="", metadata=check(or_empty(check_bucket), doc="Required: the bucket (3-63 of `[a-z0-9.-]`).")
+    )
+    prefix: str = field(
+        default="",
+        metadata=check(
+            or_empty(check_prefix),
+            doc="Required: where every key of this tenant starts (segments `[A-Za-z0-9][A-Za-z0-9._-]*`,"
+            " ending in `/`); no two tenants' prefixes in one bucket may be equal or nested.",
+        ),
+    )
+    endpoint: str = field(
+        default="",
+        metadata=check(
+            or_empty(check_endpoint),
+            doc="Required: `http(s)://host[:port]`, no path; pinned: requests go there and nowhere else.",
+        ),
+    )
+    region: str = field(
+        default="", metadata=check(or_empty(check_region), doc="Required: the SigV4 region, pinned.")
+    )
+    addressing: str = field(
+        default="path",
+        metadata=check(
+            one_of("path", "virtual"), doc="`path`, or `virtual` (the bucket in the host name: `bucket.endpoint-host`)."
+        ),
+    )
+    access_key_id_env: str = field(
+        default="", metadata=check(_env_name, doc="Required: the NAME of the variable holding the access key id.")
+    )
+    secret_access_key_env: str = field(
+        default="",
+        metadata=check(_env_name, doc="Required: the NAME of the variable holding the secret access key."),
+    )
+    session_token_env: str = field(
+        default="",
+        metadata=check(_env_name, doc="The NAME of the variable holding a session token (temporary credentials)."),
+    )
+    connect_timeout: float = field(default=2.0, metadata=check(positive, doc="Seconds to connect."))
+    read_timeout: float = field(
+        default=5.0, metadata=check(positive, doc="Seconds between reads (the total is both added).")
+    )
+    max_concurrency: int = field(default=8, metadata=check(positive, doc="Requests at once for this tenant."))
+    max_object_bytes: int = field(
+        default=64 << 20,
+        metadata=check(positive, doc="A larger object is `corrupt` (never read past this)."),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class SigningKeyFile:
-    id: str = field(default="", metadata={"check": _key_id})
-    env: str = field(default="", metadata={"check": _env_name})
+    id: str = field(default="", metadata=check(_key_id, doc="The key's id (`[A-Za-z0-9._-]{1,64}`)."))
+    env: str = field(
+        default="",
+        metadata=check(
+            _env_name,
+            doc="The NAME of the variable holding the key: an HMAC-SHA256 key of at least 32 bytes"
+            " (`openssl rand -hex 32`).",
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class SigningFile:
-    key_id: str = field(default="", metadata={"check": _key_id})
-    keys: tuple[SigningKeyFile, ...] = ()
+    key_id: str = field(
+        default="", metadata=check(_key_id, doc="The id of the key new manifest entries are signed with.")
+    )
+    keys: tuple[SigningKeyFile, ...] = field(
+        default=(), metadata=doc("Every key that verifies (rotation: add one, point `key_id` at it, restart).")
+    )
 
 
 NO_OBJECT_STORE = ObjectStoreFile()

@@ -1,6 +1,6 @@
 """Tenants: who a client is, how its requests reach the provider, what it may read.
 
-One YAML file per tenant in ``policies_dir`` (format: ``policies/README.md``), validated at
+One YAML file per tenant in ``policies_dir`` (format: ``docs/guides/tenants.md``), validated at
 start-up into one immutable :class:`Tenancy`. A reload (SIGHUP) is :func:`load_tenancy` again; the
 server swaps its one reference, so a request keeps the value it started with.
 
@@ -10,7 +10,7 @@ server swaps its one reference, so a request keeps the value it started with.
   credentials go upstream untouched. With no policy file it is the built-in tenant ``default``;
   with exactly one policy file, that file describes it (for admin tokens, source roots, compaction
   overrides). Two or more files are an error. ``Config.admin_token_hashes`` (the environment's
-  admin token, ``proxy.config.settings.admin_tokens_from_env``) are added to its admin tokens.
+  admin token, ``proxy.config.environment.admin_tokens_from_env``) are added to its admin tokens.
 * ``keys``: clients send a proxy-issued key (``x-api-key``, else ``Authorization: Bearer``); its
   SHA-256 is compared, in constant time, with every stored hash of every tenant. No match is
   ``None`` here and a 401 ``authentication_error`` at the edge.
@@ -34,15 +34,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from proxy.config.schema import ConfigError, bounded_lines, build_section, read_yaml, shown
-from proxy.config.settings import (
-    CompactionConfig,
-    Config,
-    RetentionConfig,
-    UpstreamTarget,
-    check_compaction,
-    target_of,
+from proxy.config.retention import RetentionConfig
+from proxy.config.schema import (
+    ConfigError,
+    bounded_lines,
+    build_section,
+    check,
+    doc,
+    one_of,
+    read_yaml,
+    shown,
 )
+from proxy.config.settings import CompactionConfig, Config, check_compaction
+from proxy.config.upstream import UpstreamTarget, target_of
 from proxy.core.pointers import KINDS, is_valid_component
 from proxy.core.quota import Quota
 from proxy.sources.policy import SourcePolicy
@@ -60,6 +64,7 @@ from proxy.tenancy.sources import (
 __all__ = [
     "DEFAULT_TENANT",
     "PolicyError",
+    "PolicyFile",
     "ProviderAuth",
     "Tenancy",
     "Tenant",
@@ -231,10 +236,6 @@ _NAME_EXPECTED = (
 )
 
 
-def _provider_mode(value: str) -> str | None:
-    return None if value in ("env", "passthrough") else "one of env, passthrough"
-
-
 def _kinds(value: tuple[str, ...]) -> str | None:
     return None if set(value) <= KINDS else "a list of: artifact, transcript"
 
@@ -263,33 +264,113 @@ _NO_QUOTA = QuotaFile()
 
 @dataclass(frozen=True, slots=True)
 class _ProviderFile:
-    mode: str = field(default="", metadata={"check": _provider_mode})
-    api_key_env: str = ""
+    mode: str = field(
+        default="",
+        metadata=check(
+            one_of("env", "passthrough"),
+            doc="Required. `env`: the proxy sends the tenant's own provider key (from `api_key_env`) as"
+            " `x-api-key` and removes the client's `Authorization`. `passthrough`: the client's own"
+            " credentials go to the provider (in `keys` mode without the header that carried the proxy key).",
+        ),
+    )
+    api_key_env: str = field(
+        default="",
+        metadata=doc(
+            "`env` only: the environment variable holding the tenant's provider key, read when the"
+            " policies are loaded (a restart reads a new value); never logged."
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class _SourcesFile:
-    kinds: tuple[str, ...] = field(default=("transcript", "artifact"), metadata={"check": _kinds})
-    session_patterns: tuple[str, ...] = field(default=("*",), metadata={"check": _patterns})
-    # "" = the default: <state_dir>/tenants/<name>/<kind>s (keys) or <state_dir>/sources/<kind>s
-    transcript_root: str = field(default="", metadata={"check": _absolute})
-    artifact_root: str = field(default="", metadata={"check": _absolute})
-    # Artifacts on an S3-compatible store, and manifest signing keys (proxy.tenancy.sources).
-    object_store: ObjectStoreFile = NO_OBJECT_STORE
-    signing: SigningFile = NO_SIGNING
+    kinds: tuple[str, ...] = field(
+        default=("transcript", "artifact"),
+        metadata=check(_kinds, doc="The pointer kinds this tenant may resolve (`transcript`, `artifact`); `[]` = none."),
+    )
+    session_patterns: tuple[str, ...] = field(
+        default=("*",),
+        metadata=check(_patterns, doc="Shell globs over the whole session id: the sessions whose pointers resolve."),
+    )
+    transcript_root: str = field(
+        default="",
+        metadata=check(
+            _absolute,
+            doc="An absolute directory for transcript exports; left out: `<state_dir>/tenants/<name>/transcripts`"
+            " (`keys`) or `<state_dir>/sources/transcripts` (`passthrough`). No two tenants' roots may"
+            " overlap.",
+        ),
+    )
+    artifact_root: str = field(
+        default="",
+        metadata=check(
+            _absolute,
+            doc="An absolute directory for cut tool results; left out: `<state_dir>/tenants/<name>/artifacts`"
+            " (`keys`) or `<state_dir>/sources/artifacts` (`passthrough`).",
+        ),
+    )
+    object_store: ObjectStoreFile = field(
+        default=NO_OBJECT_STORE,
+        metadata=doc("Artifacts in an S3-compatible bucket instead of `artifact_root` (needs `signing`)."),
+    )
+    signing: SigningFile = field(
+        default=NO_SIGNING, metadata=doc("The keys that sign manifest entries of the artifacts written.")
+    )
 
 
 @dataclass(frozen=True, slots=True)
-class _PolicyFile:
-    name: str = field(default="", metadata={"check": _tenant_name})
-    api_keys_sha256: tuple[str, ...] = ()
-    provider: _ProviderFile = _ProviderFile()
-    sources: _SourcesFile = _SourcesFile()
-    compaction: CompactionConfig = _CONFIG_DEFAULT_COMPACTION  # replaced by the config's section
-    admin_tokens_sha256: tuple[str, ...] = ()
-    retention: RetentionConfig = _CONFIG_DEFAULT_RETENTION  # replaced by the config's section
-    quota: QuotaFile = _NO_QUOTA
-    upstream: UpstreamTarget = _ANTHROPIC  # replaced by the config's platform
+class PolicyFile:
+    """One tenant policy file (``policies_dir/*.yaml``)."""
+
+    name: str = field(
+        default="",
+        metadata=check(
+            _tenant_name,
+            doc="Required: `[A-Za-z0-9][A-Za-z0-9._-]{0,63}`, not ending in `.`; unique across files,"
+            " ignoring case (it keys the tenant's stored state).",
+        ),
+    )
+    api_keys_sha256: tuple[str, ...] = field(
+        default=(),
+        metadata=doc(
+            "The SHA-256 (64 hex digits) of each proxy-issued key this tenant's clients send"
+            " (`x-api-key`, else `Authorization: Bearer`); `keys` mode only. Every hash appears once"
+            " across all files."
+        ),
+    )
+    provider: _ProviderFile = field(
+        default=_ProviderFile(), metadata=doc("How this tenant's requests authenticate to the provider.")
+    )
+    sources: _SourcesFile = field(
+        default=_SourcesFile(), metadata=doc("Which source pointers this tenant may resolve, and where its sources live.")
+    )
+    compaction: CompactionConfig = field(
+        default=_CONFIG_DEFAULT_COMPACTION,  # replaced by the config's section
+        metadata=doc(
+            "Overrides of the configuration's compaction: keys left out keep the config's values,"
+            " nested sections merge key by key, lists replace."
+        ),
+    )
+    admin_tokens_sha256: tuple[str, ...] = field(
+        default=(),
+        metadata=doc("The SHA-256 of each admin token of this tenant (the admin API and the console)."),
+    )
+    retention: RetentionConfig = field(
+        default=_CONFIG_DEFAULT_RETENTION,  # replaced by the config's section
+        metadata=doc(
+            "Overrides of the configuration's retention kinds, and `enabled` (`false`: the collector"
+            " leaves this tenant alone); the schedule keys are the process's (an error here)."
+        ),
+    )
+    quota: QuotaFile = field(default=_NO_QUOTA, metadata=doc("Budgets and rate limits (`0` = no limit)."))
+    upstream: UpstreamTarget = field(
+        default=_ANTHROPIC,  # replaced by the config's platform
+        metadata=doc(
+            "Where this tenant's requests go: the platform keys of the configuration's `upstream`"
+            " (not `base_url` nor the timeouts). Keys left out keep the config's, unless `format` names"
+            " another platform: then they start from the defaults."
+        ),
+    )
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -353,7 +434,7 @@ def load_tenancy(
         return Tenancy("keys", tuple(loaded), None)
     default = loaded[0] if loaded else _builtin_default(config, state_dir)
     extra = tuple(h for h in config.admin_token_hashes if h not in default.admin_token_hashes)
-    if extra:  # the environment's admin token (proxy.config.settings.admin_tokens_from_env)
+    if extra:  # the environment's admin token (proxy.config.environment.admin_tokens_from_env)
         default = replace(default, admin_token_hashes=default.admin_token_hashes + extra)
     return Tenancy("passthrough", (default,), default)
 
@@ -403,11 +484,11 @@ def _tenant(
 ) -> Tenant | None:
     """One policy file's tenant, or ``None`` with its problems appended to ``errors``."""
     raw = build_section(
-        _PolicyFile,
+        PolicyFile,
         data,
         "",
         errors,
-        _PolicyFile(
+        PolicyFile(
             compaction=config.compaction,
             retention=config.retention,
             upstream=_upstream_base(data, config),

@@ -29,8 +29,9 @@ import pytest
 import yaml
 from playwright.sync_api import expect
 
+from proxy.config.environment import admin_tokens_from_env
 from proxy.config.schema import ConfigError
-from proxy.config.settings import AuthConfig, admin_tokens_from_env
+from proxy.config.settings import AuthConfig
 from proxy.console.first_signin import OneTimeSignIn, signin_link, tenant_without_admin_token
 from proxy.tenancy.tenants import load_tenancy
 from tests.console.browser import Watched, screenshot
@@ -186,7 +187,7 @@ class TerminalServe:
 
 @pytest.fixture
 def bare_config(tmp_path: Path) -> Path:
-    """No policy file, nothing about admin tokens: the README's first start."""
+    """No policy file, nothing about admin tokens: the quick start's first start."""
     config = tmp_path / "proxy.yaml"
     config.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "upstream": {"base_url": "http://127.0.0.1:9"}}))
     return config

@@ -1,5 +1,5 @@
 """A manifest row edited in the store after its artifact was verified: the next check says
-``corrupt``, exactly as when the same edit comes before any check (README, "Object storage,
+``corrupt``, exactly as when the same edit comes before any check (docs/guides/durable-context.md, "Object storage,
 signed manifests and the audit trail").
 
 Real things only: moto's S3 server (signatures checked) behind a forwarder on loopback that
@@ -292,7 +292,7 @@ async def test_a_local_artifact_with_a_warm_resolver_rechecks_its_row(
     """The resolver's cache holds the file's digest (keyed on the file's identity, ctime
     included); the row is read and verified whole on every check. A row moved away (tenant,
     session, name changed) leaves the artifact without an entry: ``available``, audited
-    ``unsigned``, as for an artifact written before signing was enabled (README)."""
+    ``unsigned``, as for an artifact written before signing was enabled (docs/guides/durable-context.md)."""
     root = str(tmp_path / "artifacts")
     policy = SourcePolicy(frozenset({"artifact"}), ("*",), None, root, None, KEYS)
     await checks.write_artifacts("acme", policy, "s1", [("r1.txt", DATA)])

@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 import pytest
 
-from proxy.config.settings import ArtifactRetention, KindRetention, RetentionConfig, parse_config
+from proxy.config.retention import ArtifactRetention, KindRetention, RetentionConfig
+from proxy.config.settings import parse_config
 from proxy.core.durable import Create, Fact
 from proxy.core.ledger import LedgerEntry
 from proxy.server.maintenance.retention import DAY, GcMetrics, RetentionService, iso

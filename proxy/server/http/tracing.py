@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from proxy.config.settings import TracingConfig
+from proxy.config.tracing import TracingConfig
 from proxy.config.tracing_env import parse_pairs
 from proxy.server.appkeys import CONFIG, METRICS, REQUEST_TENANT
 from proxy.server.http import spans

@@ -20,7 +20,7 @@
   idempotency key goes with it: a client that later re-sends that old message in a history that
   does not extend the session's recorded head (a rewind or an edit) records it again as a new
   event. Artifacts in a tenant's object store and their signed manifest rows are not collected
-  (see the README).
+  (docs/operations/retention.md).
 * **One runner at a time** across replicas: the store's ``gc_leases`` row (see
   :mod:`proxy.store.retention`), renewed between batches; a replica that loses it stops.
 * **Never stalls the event loop:** every statement is small (``retention.batch_size`` rows),
@@ -49,7 +49,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from proxy.config.settings import ArtifactRetention, KindRetention, RetentionConfig
+from proxy.config.retention import ArtifactRetention, KindRetention, RetentionConfig
 from proxy.core.compaction.bridge import TranscriptRange
 from proxy.core.pointers import ArtifactPointer, TranscriptPointer, parse_pointer
 from proxy.server.appkeys import CONFIG, METRICS, STORE, TENANCY

@@ -35,7 +35,8 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from proxy.config.settings import ModelIdConfig, UpstreamTarget
+from proxy.config.settings import ModelIdConfig
+from proxy.config.upstream import UpstreamTarget
 from proxy.core.errors import InvalidRequest, NotFound, error_body, new_request_id
 from proxy.core.model_ids import ModelId, ModelIds
 from proxy.formats import bedrock_upstream as bedrock

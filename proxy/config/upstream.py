@@ -1,0 +1,140 @@
+"""The ``upstream:`` section: where requests go (the Anthropic API, Bedrock Runtime or Vertex AI),
+in the configuration and, as :class:`UpstreamTarget`, in a tenant policy."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from proxy.config.schema import check, doc, http_url, one_of, or_empty, positive
+from proxy.formats.bridging import path_problem
+
+UPSTREAM_FORMATS = ("anthropic", "bedrock", "vertex")
+
+
+@dataclass(frozen=True, slots=True)
+class BetaFieldsConfig:
+    """The body fields one beta enables (``proxy.formats.bridging``): dropped with it."""
+
+    beta: str = field(
+        default="",
+        metadata=check(lambda v: None if v.strip() else "a beta name", doc="The beta's name (required)."),
+    )
+    fields: tuple[str, ...] = field(
+        default=(),
+        metadata=check(
+            lambda v: next((p for p in map(path_problem, v) if p), None),
+            doc="Body paths it enables: `a.b`, `a[]` (every item) or `a[type=x]`.",
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTarget:
+    """Which platform a tenant's requests go to (``upstream:`` in the config and in a policy)."""
+
+    format: str = field(
+        default="anthropic",
+        metadata=check(
+            one_of(*UPSTREAM_FORMATS),
+            doc="The platform requests go to: `anthropic` (the Messages API at `upstream.base_url`),"
+            " `bedrock` (Bedrock Runtime) or `vertex` (Vertex AI). A tenant policy's `upstream:` may"
+            " choose another.",
+        ),
+    )
+    endpoint_url: str = field(
+        default="",
+        metadata=check(
+            or_empty(http_url),
+            doc="`bedrock`/`vertex`: another endpoint (a VPC endpoint, a test fake); `\"\"` = the"
+            " platform's public one (`https://bedrock-runtime.<region>.amazonaws.com`,"
+            " `https://<location>-aiplatform.googleapis.com`).",
+        ),
+    )
+    region: str = field(default="", metadata=doc("`bedrock`: the AWS region (required with `bedrock`)."))
+    profile_geo: str = field(
+        default="",
+        metadata=doc(
+            "`bedrock`: the inference-profile geography prefixed to model ids (`us`, `eu`, `apac`,"
+            " `global`); `\"\"` = the model id itself."
+        ),
+    )
+    aws_profile: str = field(
+        default="",
+        metadata=doc("`bedrock`: a named profile of the AWS shared files; `\"\"` = botocore's default chain."),
+    )
+    project: str = field(default="", metadata=doc("`vertex`: the Google Cloud project (required with `vertex`)."))
+    location: str = field(
+        default="",
+        metadata=doc(
+            "`vertex`: the location (`us-east5`, `europe-west1`; `global` is the global endpoint;"
+            " required with `vertex`)."
+        ),
+    )
+    credentials_file: str = field(
+        default="",
+        metadata=doc(
+            "`vertex`: a service-account or `authorized_user` JSON file; `\"\"` = application-default"
+            " credentials."
+        ),
+    )
+    accepted_betas: tuple[str, ...] = field(
+        default=(),
+        metadata=doc(
+            "The betas the platform accepts; `[]` = the built-in list of `proxy/formats/bridging.py`."
+            " Others are dropped with their body fields."
+        ),
+    )
+    beta_fields: tuple[BetaFieldsConfig, ...] = field(
+        default=(),
+        metadata=doc(
+            "The body fields a beta enables, dropped with it; an entry replaces the built-in pair for"
+            " its beta."
+        ),
+    )
+
+    def problems(self, prefix: str) -> list[str]:
+        """What the chosen format still needs."""
+        out: list[str] = []
+        if self.format == "bedrock" and not self.region:
+            out.append(f"key '{prefix}.region': expected an AWS region with format bedrock, missing")
+        if self.format == "vertex":
+            for key in ("project", "location"):
+                if not getattr(self, key):
+                    out.append(f"key '{prefix}.{key}': expected a value with format vertex, missing")
+        for i, entry in enumerate(self.beta_fields):
+            if not entry.beta.strip():
+                out.append(f"key '{prefix}.beta_fields[{i}].beta': expected a beta name, missing")
+        return out
+
+
+def target_of(upstream: UpstreamTarget) -> UpstreamTarget:
+    """The platform part of ``upstream`` (an :class:`UpstreamConfig` is one, with more keys)."""
+    return UpstreamTarget(**{f.name: getattr(upstream, f.name) for f in dataclasses.fields(UpstreamTarget)})
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig(UpstreamTarget):
+    base_url: str = field(
+        default="https://api.anthropic.com",
+        metadata=check(
+            http_url,
+            doc="The Messages API the `anthropic` format forwards to; a path prefix is honoured"
+            " (`http://h:p/prefix` → `/prefix/v1/messages`).",
+        ),
+    )
+    connect_timeout: float = field(
+        default=10.0, metadata=check(positive, doc="Seconds to connect (then 504 `timeout_error`).")
+    )
+    read_timeout: float = field(
+        default=600.0,
+        metadata=check(
+            positive,
+            doc="Longest silence, in seconds, between two reads of the upstream answer (then 504"
+            " before headers; SSE pings arrive about every 15 s).",
+        ),
+    )
+    pool_size: int = field(
+        default=512,
+        metadata=check(positive, doc="Keep-alive connections to the upstream (one pooled session per process)."),
+    )
