@@ -128,6 +128,9 @@ def test_admin_routes_only_on_the_admin_listener(
             headers={"Origin": admin_url},
         )
         assert signed.status_code == 303 and signed.headers["location"] == "/console/"
+        # the console's pages learn where clients send requests (their empty state says so)
+        me = http.get(admin_url + "/console/api/me").json()
+        assert me == {"tenant": "default", "ledger": True, "client_port": int(client_url.rsplit(":", 1)[1])}
 
 
 def test_without_an_admin_port_one_listener_serves_everything(

@@ -119,7 +119,10 @@ def test_the_conversations_tree_and_an_agents_compaction(browser: Any, agents_pr
         assert manifest["agent"] == "a1" and manifest["events"], manifest
         (summary,) = [r for r in manifest["records"] if r["kind"] == "summarized"]
         first = summary["message_indices"][0]
-        article.locator('li[data-record="summarized"]').get_by_role("button", name=f"Show message {first}").click()
+        article.locator("summary").click()  # a compaction opens on demand
+        article.locator('li[data-record="summarized"]').get_by_role(
+            "button", name=f"Show message {first}", exact=True
+        ).click()
         source = page.get_by_role("region", name="Source")
         expect(source).to_contain_text(f"transcript:{SESSION}:a1:{manifest['events'][str(first)]}")
         expect(source).to_contain_text("available")
