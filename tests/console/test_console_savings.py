@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from playwright.sync_api import Page, expect
 from proxy.cli import figures
 from proxy.server.ledger import LEDGER
 from tests.console.browser import Watched, screenshot
-from tests.demo_process import DemoServe, current_python, run_agent
+from tests.demo_process import DemoServe, run_agent, serve_demo
 from tests.harness import LoopThread, ProxyServer, proxy_config
 from tests.upstream import FakeUpstream
 
@@ -44,12 +45,12 @@ def demo() -> Iterator[Demo]:
     """The keyless demo with a 30-request agent session (25 files, 4 read twice, the report)."""
     with tempfile.TemporaryDirectory(prefix="console-demo-") as folder:
         cwd = Path(folder)
-        served = DemoServe(current_python(), cwd, ("--port", "0"))
+        served = DemoServe(serve_demo("--port", "0"), cwd)
         try:
             banner = served.banner()
             token_file = cwd / banner.token_file
             ran = run_agent(
-                current_python()[0], cwd, "--url", banner.url, "--files", "25",
+                sys.executable, cwd, "--url", banner.url, "--files", "25",
                 "--token-file", str(token_file),
             )
             assert ran.returncode == 0, ran.stdout + ran.stderr
@@ -145,6 +146,7 @@ def test_a_30_turn_session_opens_with_its_savings_and_fits_three_screens(
     assert page.locator("article.compaction details[open]").count() == 0
     height = page.evaluate("document.documentElement.scrollHeight")
     screenshot(page, "session-demo-30-turns")
+    assert not re.search(r"\b(null|undefined|NaN)\b", page.locator("main").inner_text())
     assert height <= 3 * SCREEN, height
 
     # opened, each compaction lists only the cuts no earlier one made: every record once
@@ -176,6 +178,7 @@ def test_the_overview_after_the_demo(sign_in: SignIn, demo: Demo) -> None:
         values = [float(v) for v in ticks.evaluate_all("els => els.map(e => e.dataset.tick)")]
         assert values and all(v == int(v) for v in values), (chart, values)
     screenshot(page, "overview-demo")
+    assert not re.search(r"\b(null|undefined|NaN)\b", page.locator("main").inner_text())
 
 
 @dataclass
@@ -208,6 +211,7 @@ def test_empty_then_one_request_of_a_model_without_a_price(
     expect(empty).to_contain_text("context-proxy serve --demo")
     expect(page.get_by_role("img")).to_have_count(0)  # no chart of nothing
     screenshot(page, "overview-empty")
+    assert not re.search(r"\b(null|undefined|NaN)\b", page.locator("main").inner_text())
 
     # one request, of a model the price table does not know
     with anthropic.Anthropic(
@@ -242,4 +246,5 @@ def test_empty_then_one_request_of_a_model_without_a_price(
     expect(headline.get_by_role("region", name="Dollars saved").locator(".figure")).to_have_text("no price")
     expect(headline).to_contain_text(note)
     expect(page.get_by_role("table", name="Turns").locator("td.savings")).to_have_text("no price")
-    assert "$0.00" not in page.locator("main").inner_text()
+    shown = page.locator("main").inner_text()
+    assert "$0.00" not in shown and not re.search(r"\b(null|undefined|NaN)\b", shown)

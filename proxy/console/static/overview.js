@@ -1,7 +1,7 @@
 // Overview: the tenant's usage over a chosen time range (the usage ledger's summary).
 import { admin, whoami } from "./api.js";
 import { chart } from "./chart.js";
-import { fmtInt, fmtMoney, fmtPct, fmtUsd, h, message } from "./dom.js";
+import { append, fmtInt, fmtMoney, fmtPct, fmtUsd, h, message } from "./dom.js";
 import { RANGES, bucketLabel, rangeOf, window_ } from "./ranges.js";
 
 export function rangePicker(current, onChange, label = "Time range") {
@@ -60,7 +60,7 @@ export async function overviewPage(view, navigate) {
   const data = await admin("/usage/summary", { since, until, bucket: range.bucket });
   const t = data.totals;
   const cost = t.cost_usd || {};
-  view.append(
+  append(view, [
     h("p", { class: "detail" }, `From ${data.since} to ${data.until}`),
     h("div", { class: "cards" },
       card("Requests", "client_calls", fmtInt(t.client_calls),
@@ -78,7 +78,7 @@ export async function overviewPage(view, navigate) {
       card("Errors", "errors", fmtInt(t.errors)),
     ),
     unpricedNote(t),
-  );
+  ]);
   if (!t.calls) {
     view.append(firstRequest(me));
     return;

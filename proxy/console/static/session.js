@@ -48,7 +48,7 @@ export async function sessionPage(view, id) {
     view.append(message("notice",
       "The usage ledger is not available on this proxy (no /admin/v1/usage): no timeline, turns or compactions."));
   } else {
-    view.append(await headline(id, rows), timeline(rows), turns(rows));
+    append(view, [await headline(id, rows), timeline(rows), turns(rows)]);
     view.append(await compactions(base, rows, viewer));
   }
   view.append(await durable(base, state, viewer));
