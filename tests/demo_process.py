@@ -34,11 +34,11 @@ class Banner:
 
 
 class DemoServe:
-    """``<command> serve --demo [args]`` in ``cwd``; ``banner`` once it listens."""
+    """``argv`` (a ``serve --demo`` command) in ``cwd``; ``banner`` once it listens."""
 
-    def __init__(self, command: list[str], cwd: Path, args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+    def __init__(self, argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
-            [*command, "serve", "--demo", *args],
+            argv,
             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
             text=True, env=env or clean_env(),
         )
@@ -110,5 +110,6 @@ SAVINGS_LINE = re.compile(
 )
 
 
-def current_python() -> list[str]:
-    return [sys.executable, "-m", "proxy"]
+def serve_demo(*args: str) -> list[str]:
+    """``serve --demo`` with this interpreter (the package as installed for the tests)."""
+    return [sys.executable, "-m", "proxy", "serve", "--demo", *args]

@@ -21,7 +21,7 @@ import pytest
 from proxy.demo import model
 from proxy.demo import upstream as demo_upstream
 from proxy.demo.serve import admin_token, demo_config
-from tests.demo_process import DemoServe, clean_env, current_python
+from tests.demo_process import DemoServe, clean_env, serve_demo
 from tests.harness import LoopThread
 
 READ = [{"name": "read_file", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
@@ -118,7 +118,7 @@ def test_the_admin_token_file(tmp_path: Path) -> None:
 
 def _serve_demo(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "proxy", "serve", "--demo", *args], cwd=cwd,
+        serve_demo(*args), cwd=cwd,
         capture_output=True, text=True, timeout=60, env=clean_env(),
     )
 
@@ -157,7 +157,7 @@ def test_serve_on_a_taken_port_says_so(tmp_path: Path) -> None:
 def test_serve_demo_takes_the_environments_admin_token_too(tmp_path: Path) -> None:
     """A shell that already holds an admin token keeps using it with the demo."""
     token = "cpa-from-the-environment-0001"
-    served = DemoServe(current_python(), tmp_path, ("--port", "0"),
+    served = DemoServe(serve_demo("--port", "0"), tmp_path,
                        env=clean_env({"CONTEXT_PROXY_ADMIN_TOKEN": token}))
     try:
         banner = served.banner()
