@@ -9,13 +9,7 @@ the port the console is on.
 
 from __future__ import annotations
 
-import os
-import pty
 import re
-import select
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,58 +19,21 @@ import pytest
 from proxy.config.schema import ConfigError
 from proxy.config.settings import parse_config
 from proxy.server.http.runner import store_text
+from tests.harness import OnTerminal
 from tests.upstream import FakeUpstream, Reply, message_json
 
-
-class TerminalServe:
-    """``context-proxy serve`` with stderr on a pseudo-terminal; its lines kept in ``text``."""
-
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        master, slave = pty.openpty()
-        self.master = master
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "serve", *args],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave, env=env,
-        )
-        os.close(slave)
-        self.text = ""
-
-    def wait_for(self, pattern: str, timeout: float = 30) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while True:
-            found = re.search(pattern, self.text)
-            if found:
-                return found
-            left = deadline - time.monotonic()
-            if left <= 0 or self.proc.poll() is not None:
-                raise AssertionError(f"no {pattern!r} in:\n{self.text}")
-            ready, _, _ = select.select([self.master], [], [], min(left, 0.5))
-            if ready:
-                try:
-                    self.text += os.read(self.master, 65536).decode(errors="replace")
-                except OSError:  # the child closed the terminal
-                    pass
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        os.close(self.master)
+# a shell's admin token would turn the one-time link off
+ADMIN_VARIABLES = ("CONTEXT_PROXY_ADMIN_TOKEN", "CONTEXT_PROXY_ADMIN_TOKEN_SHA256", "CONTEXT_PROXY_CONFIG")
 
 
 @pytest.fixture
-def split(tmp_path: Path, upstream: FakeUpstream) -> Iterator[tuple[TerminalServe, str, str]]:
+def split(tmp_path: Path, upstream: FakeUpstream) -> Iterator[tuple[OnTerminal, str, str]]:
     config = tmp_path / "proxy.yaml"
     config.write_text(
         f"upstream: {{base_url: '{upstream.url}'}}\nstate_dir: '{tmp_path}'\n"
         "listen: {admin_port: 0}\nshutdown: {grace_seconds: 2}\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_PROXY_")}
-    served = TerminalServe(["--config", str(config), "--port", "0"], env)
+    served = OnTerminal(["--config", str(config), "--port", "0"], drop=ADMIN_VARIABLES)
     try:
         client = served.wait_for(r"listening on (http://127\.0\.0\.1:\d+) upstream=\S+ \(the API\)")
         admin = served.wait_for(r"admin listener on (http://127\.0\.0\.1:\d+): /admin, /console and /metrics")
@@ -86,7 +43,7 @@ def split(tmp_path: Path, upstream: FakeUpstream) -> Iterator[tuple[TerminalServ
 
 
 def test_admin_routes_only_on_the_admin_listener(
-    split: tuple[TerminalServe, str, str], upstream: FakeUpstream, tmp_path: Path
+    split: tuple[OnTerminal, str, str], upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     served, client_url, admin_url = split
     assert client_url != admin_url
@@ -138,8 +95,7 @@ def test_without_an_admin_port_one_listener_serves_everything(
 ) -> None:
     config = tmp_path / "proxy.yaml"
     config.write_text(f"upstream: {{base_url: '{upstream.url}'}}\nstate_dir: '{tmp_path}'\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_PROXY_")}
-    served = TerminalServe(["--config", str(config), "--port", "0"], env)
+    served = OnTerminal(["--config", str(config), "--port", "0"], drop=ADMIN_VARIABLES)
     try:
         url = served.wait_for(
             r"listening on (http://127\.0\.0\.1:\d+) upstream=\S+ \(the API, /admin, /console and /metrics\)"

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.console.browser import Watched, browser, screenshot  # noqa: F401 (the fixture)
+from tests.console.browser import browser, open_watched, screenshot  # noqa: F401 (the fixture)
 from tests.demo_process import ROOT, SAVINGS_LINE, Banner, DemoServe, clean_env
 
 DOC = ROOT / "docs" / "quickstart.md"
@@ -159,12 +159,7 @@ def test_the_console_overview_shows_the_savings_of_the_demo_model(
     followed: Followed, browser: Any  # noqa: F811 (the fixture, imported)
 ) -> None:
     origin = followed.banner.url
-    context = browser.new_context(base_url=origin, viewport={"width": 1440, "height": 1080})
-    page = context.new_page()
-    watch = Watched(origin=origin)
-    page.on("console", lambda m: watch.console_errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
-    page.on("request", lambda r: watch.on_request(r.url))
+    context, page, watch = open_watched(browser, origin, viewport={"width": 1440, "height": 1080})
     try:
         page.goto(followed.banner.console_link)  # the printed link: signed in, on the Overview
         expect(page.get_by_role("heading", name="Overview")).to_be_visible()

@@ -12,6 +12,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -56,6 +57,19 @@ class Watched:
         assert self.page_errors == [], self.page_errors
         assert self.console_errors == [], self.console_errors
         assert self.off_origin == [], self.off_origin
+
+
+def open_watched(browser: Any, origin: str, **options: Any) -> tuple[Any, Any, Watched]:
+    """A new context and page on ``origin`` whose console errors, page errors, dialogs (dismissed)
+    and requests are recorded: ``(context, page, watch)``; ``watch.assert_clean()`` at the end."""
+    context = browser.new_context(base_url=origin, **options)
+    page = context.new_page()
+    watch = Watched(origin=origin)
+    page.on("console", lambda m: watch.console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
+    page.on("dialog", lambda d: (watch.dialogs.append(d.message), d.dismiss()))
+    page.on("request", lambda r: watch.on_request(r.url))
+    return context, page, watch
 
 
 def screenshot(page: object, name: str) -> None:

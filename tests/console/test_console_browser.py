@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from proxy.cli import figures
-from tests.console.browser import Watched, screenshot
+from tests.console.browser import Watched, open_watched, screenshot
 from tests.console.conftest import (
     A_ERRORS,
     A_LONG,
@@ -32,13 +32,7 @@ from tests.console.conftest import (
 
 @pytest.fixture
 def watched(browser: Any, world: World) -> Iterator[tuple[Page, Watched]]:
-    context = browser.new_context(base_url=world.url)
-    page = context.new_page()
-    watch = Watched(origin=world.url)
-    page.on("console", lambda m: watch.console_errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
-    page.on("dialog", lambda d: (watch.dialogs.append(d.message), d.dismiss()))
-    page.on("request", lambda r: watch.on_request(r.url))
+    context, page, watch = open_watched(browser, world.url)
     yield page, watch
     context.close()
     watch.assert_clean()
@@ -404,12 +398,7 @@ def _record_text(record: dict[str, Any]) -> str:
 
 
 def test_each_manifest_record_kind_shows_its_own_figures(browser: Any, summarised: Summarised) -> None:
-    context = browser.new_context(base_url=summarised.url)
-    page = context.new_page()
-    watch = Watched(origin=summarised.url)
-    page.on("console", lambda m: watch.console_errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
-    page.on("request", lambda r: watch.on_request(r.url))
+    context, page, watch = open_watched(browser, summarised.url)
     try:
         sign_in(page, S_TOKEN)
         page.goto(f"/console/sessions/{S_SESSION}")

@@ -23,7 +23,7 @@ from playwright.sync_api import Page, expect
 
 from proxy.cli import figures
 from proxy.server.ledger import LEDGER
-from tests.console.browser import Watched, screenshot
+from tests.console.browser import Watched, open_watched, screenshot
 from tests.demo_process import DemoServe, run_agent, serve_demo
 from tests.harness import LoopThread, ProxyServer, proxy_config
 from tests.upstream import FakeUpstream
@@ -71,12 +71,7 @@ def sign_in(browser: Any) -> Iterator[SignIn]:
     opened: list[tuple[Any, Watched]] = []
 
     def open_page(origin: str, token: str) -> Page:
-        context = browser.new_context(base_url=origin, viewport=VIEWPORT)
-        page = context.new_page()
-        watch = Watched(origin=origin)
-        page.on("console", lambda m: watch.console_errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
-        page.on("request", lambda r: watch.on_request(r.url))
+        context, page, watch = open_watched(browser, origin, viewport=VIEWPORT)
         opened.append((context, watch))
         page.goto("/console/signin")
         page.get_by_label("Admin token").fill(token)
