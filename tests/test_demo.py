@@ -130,6 +130,24 @@ def test_serve_demo_refuses_a_config(tmp_path: Path) -> None:
     assert not (tmp_path / "state").exists()  # nothing made
 
 
+def test_serve_demo_without_a_usable_folder_says_so(tmp_path: Path) -> None:
+    (tmp_path / "state").write_text("a file where the demo's folder goes")
+    refused = _serve_demo(tmp_path)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.startswith("serve --demo: cannot use state/demo for the demo's store and token:")
+    assert "Traceback" not in refused.stderr
+
+
+def test_serve_demo_refuses_an_unusable_admin_token_in_the_environment(tmp_path: Path) -> None:
+    refused = subprocess.run(
+        serve_demo(), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env=clean_env({"CONTEXT_PROXY_ADMIN_TOKEN": "short"}),
+    )
+    assert refused.returncode == 2 and "variable CONTEXT_PROXY_ADMIN_TOKEN: expected at least 16" in refused.stderr
+    assert "short" not in refused.stderr  # the value is never shown
+    assert not (tmp_path / "state").exists()
+
+
 def test_serve_demo_on_a_taken_port_says_so(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from aiohttp import web
 
+from proxy.config.schema import ConfigError
 from proxy.config.settings import Config, parse_config
 from proxy.console.auth import CONSOLE_FIRST_SIGNIN
 from proxy.console.first_signin import signin_link
@@ -136,15 +137,16 @@ async def _serve(
     port: int | None,
     admin_port: int | None,
     extra_tokens: tuple[bytes, ...],
+    token: tuple[str, Path],
     out: TextIO,
 ) -> None:
     from proxy.server.http.runner import serve
 
     state_dir = STATE_DIR
-    token, token_file = admin_token(state_dir)
+    token_text, token_file = token
     provider, upstream_url = await upstream.start("127.0.0.1", 0)
     try:
-        config = demo_config(upstream_url, state_dir, token, extra_tokens)
+        config = demo_config(upstream_url, state_dir, token_text, extra_tokens)
         config = config.with_listen(host, port, admin_port)
 
         def announce(app: web.Application, listeners: Listeners) -> None:
@@ -166,5 +168,11 @@ def run(
     extra_tokens: tuple[bytes, ...] = (),
     out: TextIO = sys.stdout,
 ) -> None:
-    """Run the demo until SIGTERM/SIGINT (``extra_tokens``: the environment's admin tokens)."""
-    asyncio.run(_serve(host, port, admin_port, extra_tokens, out))
+    """Run the demo until SIGTERM/SIGINT (``extra_tokens``: the environment's admin tokens).
+    :class:`ConfigError` when its folder cannot be made or its token file read."""
+    try:
+        token = admin_token(STATE_DIR)
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError("serve --demo", [f"cannot use {STATE_DIR} for the demo's store and token: {why}"]) from None
+    asyncio.run(_serve(host, port, admin_port, extra_tokens, token, out))
