@@ -9,10 +9,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import pty
 import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -122,6 +124,65 @@ class ListeningProcess:
         if self.proc.stderr is not None:
             self.proc.stderr.close()
         return code
+
+
+class OnTerminal:
+    """``python -m proxy serve <args>`` with its stderr on a pty (a real terminal, as a person
+    starts it: the one-time console link is printed there); ``text`` is everything it wrote,
+    ``url`` the client listener's address. The environment is this one's without the variables
+    named in ``drop``, plus ``env``."""
+
+    def __init__(
+        self, args: list[str], env: dict[str, str] | None = None, drop: tuple[str, ...] = ()
+    ) -> None:
+        master, slave = pty.openpty()
+        clean = {k: v for k, v in os.environ.items() if k not in drop}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "proxy", "serve", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=slave,
+            env={**clean, **(env or {})},
+        )
+        os.close(slave)
+        self._master = master
+        self.text = ""
+        self._lock = threading.Lock()
+        self._pump = threading.Thread(target=self._read, daemon=True)
+        self._pump.start()
+        self.url = self.wait_for(r"listening on (http://[\d.]+:\d+)").group(1)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._master, 65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            with self._lock:
+                self.text += chunk.decode("utf-8", "replace")
+
+    def wait_for(self, pattern: str, timeout: float = 20) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                match = re.search(pattern, self.text)
+            if match:
+                return match
+            time.sleep(0.02)
+        raise AssertionError(f"{pattern!r} not in:\n{self.text}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._pump.join(5)
+        os.close(self._master)
 
 
 async def serve_local(app: web.Application) -> tuple[web.AppRunner, str]:

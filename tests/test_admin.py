@@ -1079,6 +1079,34 @@ def test_cli_end_to_end(admin: Admin, tmp_path: Path) -> None:
     assert admin.history(admin.acme, "s1") == 9
 
 
+def test_cli_into_a_closed_pipe_exits_quietly(admin: Admin) -> None:
+    """``context-proxy admin transcript ... | head``: the reader leaves early; no traceback, the
+    shell's status for it (141), whatever was still to print."""
+    events = [
+        TranscriptEvent(f"big-{i}", T0, "message", "user", [{"type": "text", "text": "x" * 4000}], True)
+        for i in range(1, 101)
+    ]
+    admin.run(admin.store.append_transcript("acme", "s-big", events, 100, "hash-big"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXT_PROXY_")}
+    env["CP_TEST_ADMIN"] = A_TOKEN
+    argv = [sys.executable, "-m", "proxy", "admin", "--url", admin.url, "--token-env",
+            "CP_TEST_ADMIN", "transcript", "s-big", "--limit", "100"]
+    # well beyond a pipe's buffer (64 KiB): the CLI is still writing when the reader goes
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert child.stdout is not None and child.stderr is not None
+    try:
+        assert child.stdout.read(3) == b'{\n '  # it has started printing
+        child.stdout.close()
+        errors = child.stderr.read()
+        assert child.wait(60) == 141
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        child.stderr.close()
+    assert errors == b""
+
+
 def test_cli_usage_errors_exit_2(admin: Admin) -> None:
     missing = _cli(admin, "sessions", token=None)
     assert missing.returncode == 2 and "$CP_TEST_ADMIN" in missing.stderr

@@ -230,9 +230,21 @@ def test_summary_calls_are_recorded_with_their_own_usage(
     # savings: removed tokens (scaled to the provider's count) at the input price (nothing cached)
     removed = (client["tokens_before"] - client["tokens_after"]) * 18000 / client["tokens_after"]
     assert client["savings_usd"] == pytest.approx(removed * 3 / 1e6)
-    totals = _admin(proxy, loop_thread, "/usage/summary").json()["totals"]
+    answer = _admin(proxy, loop_thread, "/usage/summary").json()
+    assert answer["tenant"] == "acme"  # whose figures these are (the token's tenant)
+    totals = answer["totals"]
     assert (totals["summary_calls"], totals["client_calls"], totals["compaction_events"]) == (1, 1, 1)
     assert totals["cost_usd"]["total"] == pytest.approx((15000 * 1 + 900 * 5) / 1e6 + (18000 * 3 + 40 * 15) / 1e6)
+    saved = client["tokens_before"] - client["tokens_after"]
+    assert totals["tokens_saved"] == saved > 0
+    assert totals["tokens_saved_ratio"] == pytest.approx(saved / client["tokens_before"])
+    assert totals["unpriced_models"] == [] and totals["unpriced_note"] is None
+    # /metrics: the tokens saved, per tenant, and never a series per session
+    metrics = proxy.app[METRICS].registry
+    assert metrics.get_sample_value("context_proxy_tokens_saved_total", {"tenant": "acme"}) == saved
+    exposed = httpx.get(proxy.url + "/metrics", timeout=10).text
+    assert 'context_proxy_tokens_saved_total{tenant="acme"}' in exposed
+    assert "long-1" not in exposed and 'session="' not in exposed
 
 
 def test_tenants_see_only_their_own_usage(upstream: FakeUpstream, keyed: ProxyServer, loop_thread: LoopThread) -> None:

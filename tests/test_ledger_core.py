@@ -193,4 +193,38 @@ def test_unpriced_models_are_counted_but_not_costed() -> None:
     assert totals.sums.input_tokens == 2_000_000
     assert totals.cost.input == pytest.approx(3)
     assert totals.unpriced_models == ("mystery",)
-    assert totals.to_json()["unpriced_models"] == ["mystery"]
+    shown = totals.to_json()
+    assert shown["unpriced_models"] == ["mystery"]
+    # a partial figure, flagged: the priced model's cost, and a note naming the other
+    assert shown["cost_usd"]["total"] == pytest.approx(3)
+    assert shown["unpriced_note"] == (
+        "no price for mystery: add it under prices: (its calls have no cost or savings)"
+    )
+
+
+def test_a_session_of_unpriced_models_has_no_cost_or_savings_never_zero() -> None:
+    """Nothing priced: cost and savings are unknown (null), and said why; never $0."""
+    raw = {"input_tokens": 1_000, "output_tokens": 10}
+    totals = price_sums(
+        [("claude-x", _sums(raw, 9_000, 3_000)), ("claude-y", _sums(raw))], PriceTable()
+    )
+    shown = totals.to_json()
+    assert shown["cost_usd"] is None and shown["savings_usd"] is None
+    assert shown["provider_compaction_cost_usd"] is None
+    assert shown["unpriced_note"] == (
+        "no price for claude-x, claude-y: add them under prices: (their calls have no cost or savings)"
+    )
+    assert shown["tokens_saved"] == 6_000 and shown["tokens_saved_ratio"] == pytest.approx(6_000 / 9_000)
+    # no tokens at all: nothing to flag, and nothing was spent
+    empty = price_sums([], PriceTable()).to_json()
+    assert empty["cost_usd"]["total"] == 0 and empty["savings_usd"] == 0
+    assert empty["unpriced_note"] is None and empty["tokens_saved_ratio"] is None
+
+
+def test_the_demo_model_has_its_own_price() -> None:
+    """``context-proxy serve --demo``'s model is priced (as the demo's own row), so the demo's
+    savings are shown in dollars."""
+    price = PriceTable().price("claude-demo-1")
+    assert price == Price.standard(3, 15)
+    totals = price_sums([("claude-demo-1", _sums({"input_tokens": 3_000}, 9_000, 3_000))], PriceTable())
+    assert totals.priced and totals.savings == pytest.approx(6_000 * 3 / 1e6)

@@ -102,6 +102,19 @@ def test_tokens_and_spend_refuse_once_the_window_is_at_the_limit() -> None:
     assert "budget of 1.50 USD per day" in spent.message("acme")
 
 
+@pytest.mark.parametrize(
+    ("budget", "shown"),
+    [(0.025, "0.025"), (3, "3.00"), (1.5, "1.50"), (0.1, "0.10"), (1234.5678, "1234.5678"),
+     (0.000000001, "0.000000001"), (50, "50.00")],
+)
+def test_the_refusal_states_the_budget_as_configured(budget: float, shown: str) -> None:
+    quota = Quota(Allowance(budget_usd=budget, budget_period="month"))
+    counters = admission(quota, None, NOW, 10)
+    refused = decide(counters, _values(counters, spend=round(budget * NANO_USD)), NOW)
+    assert not refused.admitted
+    assert f"tenant budget of {shown} USD per month spent" in refused.message("acme")
+
+
 def test_headers_show_the_tightest_scope_per_metric() -> None:
     counters = admission(QUOTA, "ab12", NOW, 10)
     values = _values(counters, input_tokens=250, spend=400_000_000)

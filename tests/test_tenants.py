@@ -782,6 +782,33 @@ def test_check_config_validates_the_policies(tmp_path: Path) -> None:
     )
 
 
+def test_check_config_lists_config_and_policy_problems_together(tmp_path: Path) -> None:
+    """A wrong config key does not hide the policies' problems: both, in one run."""
+    write_policy(tmp_path, "acme.yaml", acme(provider="provider: {mode: sometimes}\n"))
+    config = tmp_path / "proxy.yaml"
+    config.write_text(
+        f"policies_dir: {tmp_path / 'policies'}\nauth: {{mode: keys}}\nstate_dir: {tmp_path}\n"
+        "listen: {port: nine}\ncompaction: {keep_recent: 0}\n"
+    )
+    both = _check_config(config, ENV)
+    assert both.returncode == 1 and both.stdout == ""
+    lines = both.stderr.strip().splitlines()
+    assert lines[0] == f"{config}: key 'listen.port': expected an integer, got 'nine'"
+    assert lines[1].startswith(f"{config}: key 'compaction.keep_recent': expected a positive number")
+    assert lines[2].startswith(f"{tmp_path / 'policies' / 'acme.yaml'}: key 'provider.mode'")
+    assert lines[3] == f"{config}: 2 problem(s) in the file, 1 in the tenant policies"
+    assert len(lines) == 4
+
+    # a key the policies are read with is wrong: they are not checked, and it says so
+    config.write_text(f"policies_dir: {tmp_path / 'policies'}\nauth: {{mode: sometimes}}\n")
+    unread = _check_config(config, ENV)
+    assert unread.returncode == 1
+    assert unread.stderr.strip().splitlines() == [
+        f"{config}: key 'auth.mode': expected one of passthrough, keys, got 'sometimes'",
+        f"{config}: tenant policies not checked: fix the keys above first",
+    ]
+
+
 def test_check_config_with_the_committed_examples(tmp_path: Path) -> None:
     config = tmp_path / "proxy.yaml"
     config.write_text("policies_dir: policies\nauth: {mode: keys}\n")  # relative to the working dir

@@ -155,6 +155,13 @@ def test_a_compacting_retrieving_streaming_request_is_one_span_tree(
     assert client_call.attributes["gen_ai.usage.output_tokens"] == 20
     assert client_call.attributes["context_proxy.session"] == SESSION  # identity on every span
     assert client_call.attributes["context_proxy.tenant"] == "default"
+    # the conventions' own: the conversation (the session) and the server the call went to
+    # (server.port is required whenever server.address is given)
+    port = int(upstream.url.rsplit(":", 1)[1])
+    for call in (client_call, hidden):
+        assert call.attributes["gen_ai.conversation.id"] == SESSION
+        assert call.attributes["server.address"] == "127.0.0.1"
+        assert call.attributes["server.port"] == port
 
     rounds = receiver.named("context_proxy.retrieval.round")
     assert len(rounds) == 1 and rounds[0].parent_id == server.span_id
@@ -193,6 +200,8 @@ def test_the_server_span_continues_the_clients_traceparent(
     assert server.trace_id == TRACE_ID and server.parent_id == PARENT_ID
     call = _wait(lambda: receiver.named("chat claude-x"), "the call span")[0]
     assert call.trace_id == TRACE_ID and call.parent_id == server.span_id
+    assert "gen_ai.conversation.id" not in call.attributes  # no session, no conversation
+    assert call.attributes["server.port"] == int(upstream.url.rsplit(":", 1)[1])
     # without one, a new trace
     upstream.script(Reply(message_json("ok")))
     _client(proxy).messages.create(model="claude-x", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
@@ -393,6 +402,8 @@ def test_summary_calls_are_call_spans_under_the_compaction_span(
         assert span.attributes["gen_ai.usage.input_tokens"] == 3000
         assert span.attributes["gen_ai.usage.output_tokens"] == 50
         assert span.attributes["context_proxy.tenant"] == "default"
+        assert span.attributes["server.address"] == "127.0.0.1"  # the summary's upstream
+        assert span.attributes["server.port"] == int(upstream.url.rsplit(":", 1)[1])
     plan = [s for s in receiver.named("context_proxy.store.write") if s.attributes["context_proxy.store.kind"] == "plan"]
     assert len(plan) == 1 and plan[0].parent_id == compaction_span.span_id
     client_call = receiver.one("chat claude-fake-1")

@@ -1,12 +1,12 @@
 """``context-proxy admin ...``: a thin client of the admin API (``proxy.server.admin``).
 
 Standard library only. Every command is one or two HTTP calls; answers are printed as JSON on
-stdout. Exit status: 0 success, 1 the API answered with an error (its JSON body goes to stderr),
+stdout (``usage``: tables, :mod:`proxy.cli.usage_table`; ``--json`` for the figures). Exit status: 0 success, 1 the API answered with an error (its JSON body goes to stderr),
 2 usage errors, a missing token or an unreachable proxy.
 
 The admin token is read from an environment variable (``--token-env``, default
-``CONTEXT_PROXY_ADMIN_TOKEN``), never from the command line: argv is visible to every user of
-the machine (``ps``). The client never follows redirects (the token would go along) and ignores
+``CONTEXT_PROXY_ADMIN_TOKEN``) or a file (``--token-file``), never from the command line: argv is
+visible to every user of the machine (``ps``). The client never follows redirects (the token would go along) and ignores
 ``*_proxy`` environment variables: it talks to the proxy it was pointed at, directly.
 """
 
@@ -19,9 +19,11 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
+
+from proxy.cli import usage_table
 
 __all__ = ["DEFAULT_TOKEN_ENV", "DEFAULT_URL", "AdminClient", "configure", "run"]
 
@@ -116,6 +118,21 @@ def _read_changes(path: str) -> object:
     except ValueError:
         raise UsageError(f"{path}: not valid JSON") from None
     return {"changes": data} if isinstance(data, list) else data
+
+
+def _token_from_file(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read(4096).strip()
+    except OSError as exc:
+        raise UsageError(f"--token-file: cannot read {path}: {exc.strerror or exc}") from None
+    if not token:
+        raise UsageError(f"--token-file: {path} is empty")
+    return token
+
+
+def _query(**fields: str | None) -> dict[str, str]:
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def _given(**fields: object) -> dict[str, object]:
@@ -218,6 +235,49 @@ def _manifest(c: AdminClient, a: argparse.Namespace) -> Any:
     return c.request("GET", ("manifests", a.compaction_id))
 
 
+def _when(option: str, text: str | None, now: datetime) -> str | None:
+    if text is None:
+        return None
+    try:
+        return usage_table.iso(usage_table.parse_when(text, now))
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
+def _usage(c: AdminClient, a: argparse.Namespace) -> Any:
+    """The usage ledger's totals over a range (one bucket), and the most recent sessions."""
+    now = datetime.now(UTC)
+    since = _when("--since", a.since, now) or usage_table.iso(now - timedelta(days=1))
+    until = _when("--until", a.until, now) or usage_table.iso(now)
+    if since >= until:
+        raise UsageError(f"--since: expected a time before --until ({since} is not before {until})")
+    span = datetime.fromisoformat(until) - datetime.fromisoformat(since)
+    if not 0 <= a.sessions <= 500:
+        raise UsageError("--sessions: expected 0 to 500")
+    query = _query(
+        since=since, until=until, session=a.session, model=a.model,
+        bucket=str(max(1, int(span.total_seconds()))),
+    )
+    summary = c.request("GET", ("usage", "summary"), query=query)
+    tenant = summary.get("tenant") if isinstance(summary, dict) else None
+    if a.tenant is not None and tenant != a.tenant:
+        raise UsageError(
+            f"--tenant {a.tenant}: the admin token is tenant {tenant or '(unknown)'}'s (a token"
+            " reads its own tenant only: choose the token with --token-env or --token-file)"
+        )
+    sessions = None
+    if a.session is None and a.sessions > 0:
+        listed = _query(since=since, until=until, model=a.model, limit=str(a.sessions))
+        sessions = c.request("GET", ("usage", "sessions"), query=listed)
+    if a.json:
+        answer = {"tenant": tenant, "since": since, "until": until}
+        answer["totals"] = summary.get("totals") if isinstance(summary, dict) else None
+        if sessions is not None:
+            answer["sessions"] = sessions
+        return answer
+    return _Text(usage_table.render(summary, sessions, a.session))
+
+
 class _Text(str):
     """Printed as is, not as JSON."""
 
@@ -245,6 +305,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="VAR",
         help=f"environment variable holding the admin token (default: {DEFAULT_TOKEN_ENV});"
         " the token is never taken from the command line",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="read the admin token from this file instead (e.g. state/demo/admin-token)",
     )
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds (default: 30)")
     sub = parser.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
@@ -331,14 +396,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
     p = _command(sub, "manifest", _manifest, "a compaction manifest, by its x-compaction-id")
     p.add_argument("compaction_id")
 
+    p = _command(
+        sub,
+        "usage",
+        _usage,
+        "requests, tokens before/after, cost, savings and cache figures over a time range (a"
+        " table; --json: the raw figures), and the most recent sessions",
+    )
+    p.add_argument("--tenant", help="check that the admin token is this tenant's")
+    p.add_argument("--session", help="one session only")
+    p.add_argument("--model", help="one model only")
+    p.add_argument("--since", help=f"from ({usage_table.WHEN_HELP}; default: 24h)")
+    p.add_argument("--until", help="to, excluded (the same forms; default: now)")
+    p.add_argument(
+        "--sessions", type=int, default=10, metavar="N",
+        help="list the N most recent sessions (default 10; 0: none)",
+    )
+    p.add_argument("--json", action="store_true", help="the admin API's figures as they are")
+
 
 def run(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> int:
     """Run the parsed ``admin`` command; the exit status."""
     env = os.environ if environ is None else environ
     try:
-        token = env.get(args.token_env, "")
+        token = _token_from_file(args.token_file) if args.token_file else env.get(args.token_env, "")
         if not token:
-            raise UsageError(f"set ${args.token_env} to an admin token (see --token-env)")
+            raise UsageError(
+                f"set ${args.token_env} to an admin token (see --token-env, --token-file)"
+            )
         client = AdminClient(args.url or env.get(URL_ENV) or DEFAULT_URL, token, args.timeout)
         answer = args.admin_func(client, args)
     except UsageError as exc:

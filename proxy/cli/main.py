@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
+import os
 import sys
 from collections.abc import Sequence
 
@@ -25,14 +27,16 @@ def _setup_logging(level: str, fmt: str = "text") -> None:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from proxy.server.http.runner import serve
 
+    if args.demo:
+        return _serve_demo(args)
     try:
         config = load_config(config_path_from_env(args.config), env=True)
         config = config.with_admin_tokens(admin_tokens_from_env())
         config = config.with_store_password(store_password_from_env())
+        config = config.with_listen(args.host, args.port, args.admin_port)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
-    config = config.with_listen(args.host, args.port)
     _setup_logging(config.logging.level, config.logging.format)
     # The one-time console link goes to a terminal only: a redirected stderr is a log stream.
     terminal = sys.stderr if sys.stderr.isatty() else None
@@ -41,18 +45,75 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:  # invalid tenant policies: refuse to start
         print(exc, file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.errno not in _LISTEN_ERRORS:
+            raise
+        print(f"serve: cannot listen: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+# the address is taken, not this machine's, or a privileged port
+_LISTEN_ERRORS = (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES)
+
+
+def _serve_demo(args: argparse.Namespace) -> int:
+    """``serve --demo``: its own settings (``proxy.demo.serve``); only the listener is chosen."""
+    from proxy.demo import serve as demo
+
+    if args.config:
+        print("serve --demo: runs on the demo's own settings; drop --config", file=sys.stderr)
+        return 2
+    try:
+        tokens = admin_tokens_from_env()
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    _setup_logging("INFO")
+    try:
+        demo.run(args.host, args.port, args.admin_port, tokens)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in _LISTEN_ERRORS:
+            raise
+        print(
+            f"serve --demo: cannot listen: {exc.strerror or exc} (another proxy on the port?"
+            " choose one with --port)",
+            file=sys.stderr,
+        )
+        return 2
     return 0
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
+    """Every problem at once: the config file's, then its tenant policies' (read with the file's
+    valid keys, unless ``auth``, ``policies_dir`` or ``state_dir`` is wrong)."""
+    from proxy.config.schema import bounded_lines
+    from proxy.config.settings import check_config_file
     from proxy.tenancy.tenants import load_tenancy
 
-    try:
-        config = load_config(args.path)
-        tenancy = load_tenancy(config, source=args.path)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
+    config, problems, policies = check_config_file(args.path)
+    in_file = len(problems)
+    tenancy = None
+    if config is not None and policies:
+        try:
+            tenancy = load_tenancy(config, source=args.path)
+        except ConfigError as exc:
+            problems = problems + exc.errors
+    elif config is not None:
+        problems.append(f"{args.path}: tenant policies not checked: fix the keys above first")
+    if problems:
+        print(bounded_lines(problems), file=sys.stderr)
+        if in_file and len(problems) > in_file and policies:
+            print(
+                f"{args.path}: {in_file} problem(s) in the file,"
+                f" {len(problems) - in_file} in the tenant policies",
+                file=sys.stderr,
+            )
         return 1
+    assert tenancy is not None
     count = len(tenancy.tenants)
     print(f"{args.path}: ok (auth.mode {tenancy.mode}, {count} tenant{'' if count == 1 else 's'})")
     return 0
@@ -171,6 +232,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="YAML config file (default: $CONTEXT_PROXY_CONFIG, else built-in defaults)")
     serve.add_argument("--host", help="listen address (overrides listen.host)")
     serve.add_argument("--port", type=int, help="listen port (overrides listen.port; 0 = any free port)")
+    serve.add_argument(
+        "--admin-port",
+        type=int,
+        help="serve /admin, /console and /metrics on this port only (overrides listen.admin_port;"
+        " 0 = any free port)",
+    )
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="try it without a key: the proxy in front of the built-in demo provider, with"
+        " settings that compact within a few turns and a store under ./state/demo",
+    )
     serve.set_defaults(func=_cmd_serve)
     check = sub.add_parser(
         "check-config",
@@ -220,7 +293,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# the shell's status for a command whose reader went away (128 + SIGPIPE), as `yes | head` gets
+CLOSED_PIPE_STATUS = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not as a traceback when Python exits
+    except BrokenPipeError:
+        # The reader left (`... | head`): stop quietly. What is still buffered must not be
+        # flushed again at exit, so stdout now goes nowhere.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return CLOSED_PIPE_STATUS
     return code

@@ -171,7 +171,10 @@ def or_empty(inner: Callable[[Any], str | None]) -> OrEmpty:
 
 
 def _type_name(tp: Any) -> str:
-    names = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}
+    names = {
+        str: "a string", int: "an integer", float: "a number", bool: "true or false",
+        type(None): "nothing (null)",
+    }
     if tp in names:
         return names[tp]
     if dataclasses.is_dataclass(tp):
@@ -185,7 +188,11 @@ def _convert(tp: Any, value: Any, key: str, errors: list[str], base: Any = None)
         return _build(tp, value, key, errors, base)
     origin = typing.get_origin(tp)
     if isinstance(tp, types.UnionType):
+        if value is None and type(None) in typing.get_args(tp):
+            return None  # an optional key written as null: unset
         for arm in typing.get_args(tp):
+            if arm is type(None):
+                continue
             trial: list[str] = []
             converted = _convert(arm, value, key, trial)
             if not trial:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,16 +42,53 @@ from proxy.config.upstream import UpstreamConfig
 from proxy.core.limits import limit_problem
 
 
+def _admin_port(value: int | None) -> str | None:
+    return None if value is None else port_number(value)
+
+
 @dataclass(frozen=True, slots=True)
 class ListenConfig:
     host: str = field(
         default="127.0.0.1",
-        metadata=doc("The address the proxy listens on (`--host` overrides it); `0.0.0.0` in a container."),
+        metadata=doc(
+            "The address the proxy listens on (`serve --host` overrides it); `0.0.0.0` in a container."
+        ),
     )
     port: int = field(
         default=8080,
-        metadata=check(port_number, doc="The port it listens on (`--port` overrides it; 0 = any free port)."),
+        metadata=check(
+            port_number, doc="The client port: the API (`serve --port` overrides it; 0 = any free port)."
+        ),
     )
+    admin_host: str = field(
+        default="",
+        metadata=doc(
+            "The admin listener's address (`\"\"` = `listen.host`); only with `listen.admin_port`."
+        ),
+    )
+    admin_port: int | None = field(
+        default=None,
+        metadata=check(
+            _admin_port,
+            doc="A separate port for `/admin`, `/console` and `/metrics` (`serve --admin-port`"
+            " overrides it; 0 = any free port): they are then served only there, the client port"
+            " answers 404 for them, and the admin port serves nothing else; `/healthz` and"
+            " `/readyz` are on both. Unset (the default): one port serves everything.",
+        ),
+    )
+
+    def problems(self) -> list[str]:
+        out: list[str] = []
+        if self.admin_host and self.admin_port is None:
+            out.append("key 'listen.admin_host': expected listen.admin_port as well, missing")
+        same_host = (self.admin_host or self.host) == self.host
+        if self.admin_port is not None and self.admin_port == self.port != 0 and same_host:
+            out.append(
+                f"key 'listen.admin_port': expected a port other than listen.port ({self.port}),"
+                f" got {self.admin_port}"
+            )
+        return out
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -491,11 +529,14 @@ class Config:
         config.store_url  # noqa: B018 - raises now, at start-up, rather than when the store opens
         return config
 
-    def with_listen(self, host: str | None, port: int | None) -> Config:
+    def with_listen(
+        self, host: str | None, port: int | None, admin_port: int | None = None
+    ) -> Config:
         listen = dataclasses.replace(
             self.listen,
             host=self.listen.host if host is None else host,
             port=self.listen.port if port is None else port,
+            admin_port=self.listen.admin_port if admin_port is None else admin_port,
         )
         return dataclasses.replace(self, listen=listen)
 
@@ -519,6 +560,7 @@ def check_compaction(c: CompactionConfig, prefix: str, errors: list[str]) -> Non
 
 
 def _cross_checks(config: Config, errors: list[str]) -> None:
+    errors.extend(config.listen.problems())
     check_compaction(config.compaction, "compaction", errors)
     for i, model in enumerate(config.models):
         if not model.match.strip():  # an entry that left ``match`` out
@@ -543,6 +585,28 @@ def parse_config(data: Any, source: str = "<config>", base: Config | None = None
         raise ConfigError(source, errors)
     assert isinstance(config, Config)
     return config
+
+
+# the keys the tenant policies are read with: a problem there makes checking them meaningless
+_POLICY_KEYS = re.compile(r"key '(?:auth|policies_dir|state_dir|<top level>)[.'\[]")
+
+
+def check_config_file(path: str | os.PathLike[str]) -> tuple[Config | None, list[str], bool]:
+    """``check-config``: every problem of the file (lines as :class:`ConfigError` prints them),
+    the config its valid keys make (a bad key at its default, ``None`` when the file cannot be
+    read), and whether the tenant policies can be checked with it (not when a key they are read
+    with, ``auth``, ``policies_dir`` or ``state_dir``, is wrong)."""
+    source = str(path)
+    try:
+        data = read_yaml(path)
+    except ConfigError as exc:
+        return None, [f"{exc.source}: {e}" for e in exc.errors], False
+    errors: list[str] = []
+    config = build_section(Config, data, "", errors)
+    if not errors:  # across keys only once each key is valid (as parse_config)
+        _cross_checks(config, errors)
+    policies = not any(_POLICY_KEYS.search(e) for e in errors)
+    return config, [f"{source}: {e}" for e in errors], policies
 
 
 def load_config(

@@ -14,7 +14,9 @@ Routes::
                                   cookie, or 200 with the form and why not
     POST /console/signout         ends the session, clears the cookie: 303 /console/signin
     GET  /console/static/{name}   the assets
-    GET  /console/api/me          {"tenant", "ledger": bool} (401 when not signed in)
+    GET  /console/api/me          {"tenant", "ledger": bool, "client_port": the API's port when
+                                  the console is on an admin listener, else null} (401 when
+                                  not signed in)
     GET  /console/api/health      readiness, the store (its reads and writes), upstream errors
     GET  /console/{anything else} the page shell (303 /console/signin when not signed in)
 
@@ -50,6 +52,7 @@ from proxy.console.auth import (
 from proxy.console.first_signin import OneTimeSignIn
 from proxy.console.sessions import ConsoleSessions, token_hash
 from proxy.server.appkeys import CONFIG, FORWARDER, METRICS, STATE, STORE, TENANCY
+from proxy.server.http.listeners import LISTENERS
 from proxy.server.relay.forward import read_limited
 
 __all__ = ["CSP", "add_console_routes"]
@@ -208,7 +211,13 @@ class Console:
         tenant = console_tenant(request)
         if tenant is None:
             return _json({"error": "not signed in"}, status=401)
-        return _json({"tenant": tenant.name, "ledger": _has_ledger(request.app)})
+        return _json(
+            {
+                "tenant": tenant.name,
+                "ledger": _has_ledger(request.app),
+                "client_port": _client_port(request.app),
+            }
+        )
 
     async def health(self, request: web.Request) -> web.StreamResponse:
         """Readiness as ``/readyz`` decides it, the store's ping, and upstream errors by kind
@@ -261,6 +270,15 @@ def _store_operations(app: web.Application) -> dict[str, dict[str, object]]:
             "seconds_since_outcome": round(now - outcomes.at, 1) if known else None,
         }
     return out
+
+
+def _client_port(app: web.Application) -> int | None:
+    """Where clients send requests when that is not the console's own port (an admin
+    listener): the pages tell how to send the first request."""
+    listeners = app.get(LISTENERS)
+    if listeners is None or not listeners.admin or not listeners.client:
+        return None
+    return listeners.client[0][1]
 
 
 def _has_ledger(app: web.Application) -> bool:

@@ -6,13 +6,17 @@ https://opentelemetry.io/docs/specs/semconv/gen-ai/anthropic): the span is named
 ``{gen_ai.operation.name} {gen_ai.request.model}``, ``gen_ai.provider.name`` is ``anthropic``,
 and ``gen_ai.usage.input_tokens`` includes the cache reads and writes, which are also given on
 their own (``gen_ai.usage.cache_read.input_tokens``, ``gen_ai.usage.cache_creation.input_tokens``;
-the provider reports them apart from its ``input_tokens``).
+the provider reports them apart from its ``input_tokens``). The GenAI client span also carries
+``gen_ai.conversation.id`` (the session, when known) and ``server.address`` / ``server.port``
+(the server the call goes to; the port is required whenever the address is given:
+https://opentelemetry.io/docs/specs/semconv/gen-ai/gen-ai-spans/#inference).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 PROVIDER = "anthropic"
 # ``gen_ai.provider.name``'s well-known value for each upstream platform the proxy calls
@@ -32,6 +36,9 @@ INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 CACHE_CREATION_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+CONVERSATION_ID = "gen_ai.conversation.id"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
 INPUT_MESSAGES = "gen_ai.input.messages"
 SYSTEM_INSTRUCTIONS = "gen_ai.system_instructions"
 
@@ -65,6 +72,23 @@ def request_attributes(
     if top_k is not None:
         attributes[REQUEST_TOP_K] = top_k
     return attributes
+
+
+def server_attributes(url: str | None) -> Attributes:
+    """Where the call goes: ``server.address`` and ``server.port`` (the scheme's default port
+    when the URL names none: the conventions require the port whenever the address is given)."""
+    if not url:
+        return {}
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return {}
+    try:
+        port = parts.port
+    except ValueError:
+        return {}
+    if port is None:
+        port = 443 if parts.scheme == "https" else 80
+    return {SERVER_ADDRESS: parts.hostname, SERVER_PORT: port}
 
 
 def usage_attributes(usage: Mapping[str, Any] | None) -> Attributes:

@@ -77,6 +77,7 @@ __all__ = [
     "price_sums",
     "row_sums",
     "total_input",
+    "unpriced_note",
     "usage_from",
 ]
 
@@ -136,6 +137,9 @@ DEFAULT_PRICES: tuple[tuple[str, Price], ...] = (
     ("claude-3-5-haiku*", Price(0.8, 1, 1.6, 0.08, 4)),
     ("claude-3-haiku*", Price(0.25, 0.30, 0.50, 0.03, 1.25)),
     ("claude-3-opus*", _OPUS_4),
+    # Not a real model: the demo provider's (proxy/demo, `context-proxy serve --demo`), priced
+    # like Sonnet 4 so the demo's savings are shown in dollars. Moves to the model catalogue.
+    ("claude-demo-1", _SONNET_4),
 )
 
 
@@ -328,21 +332,52 @@ def savings_of(sums: Sums, price: Price) -> float:
     return (sums.removed_read * price.cache_read + sums.removed_uncached * price.input) / MILLION
 
 
+def unpriced_note(models: Sequence[str]) -> str | None:
+    """What people are told about models without a price (``None``: there are none): the one
+    wording the admin API gives and the CLI and the console show."""
+    if not models:
+        return None
+    if len(models) == 1:
+        return f"no price for {models[0]}: add it under prices: (its calls have no cost or savings)"
+    return (
+        f"no price for {', '.join(models)}: add them under prices:"
+        " (their calls have no cost or savings)"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Totals:
     """Priced sums of any set of rows (several models). ``cost``/``savings`` cover the priced
-    models only; ``unpriced_models`` names the others (their tokens are in the counts)."""
+    models only; ``unpriced_models`` names the others (their tokens are in the counts).
+    ``priced``: whether any model with tokens had a price; when none had but some had tokens,
+    the JSON's cost and savings are ``null`` (unknown), never 0."""
 
     sums: Sums = Sums()
     cost: Cost = Cost()
     savings: float = 0.0
     unpriced_models: tuple[str, ...] = ()
     provider_compaction_cost: Cost = Cost()  # the share of ``cost`` the provider's compaction cost
+    priced: bool = False
 
     @property
     def total_input_tokens(self) -> int:
         s = self.sums
         return s.input_tokens + s.cache_read_input_tokens + s.cache_creation_input_tokens
+
+    @property
+    def tokens_saved(self) -> int:
+        return self.sums.tokens_before - self.sums.tokens_after
+
+    @property
+    def tokens_saved_ratio(self) -> float | None:
+        """The tokens compaction removed, as a share of the requests' tokens before it."""
+        before = self.sums.tokens_before
+        return self.tokens_saved / before if before > 0 else None
+
+    @property
+    def unknown_cost(self) -> bool:
+        """Nothing priced, something unpriced: cost and savings are unknown."""
+        return bool(self.unpriced_models) and not self.priced
 
     def to_json(self) -> dict[str, Any]:
         s = self.sums
@@ -352,13 +387,18 @@ class Totals:
             for name in SUM_FIELDS
             if not name.startswith(("removed_", "priced_"))
         }
+        unknown = self.unknown_cost
         out["total_input_tokens"] = total
         out["cache_hit_ratio"] = cache_hit_ratio(s.cache_read_input_tokens, total)
-        out["tokens_saved"] = s.tokens_before - s.tokens_after
-        out["cost_usd"] = self.cost.to_json()
-        out["provider_compaction_cost_usd"] = self.provider_compaction_cost.to_json()
-        out["savings_usd"] = self.savings
+        out["tokens_saved"] = self.tokens_saved
+        out["tokens_saved_ratio"] = self.tokens_saved_ratio
+        out["cost_usd"] = None if unknown else self.cost.to_json()
+        out["provider_compaction_cost_usd"] = (
+            None if unknown else self.provider_compaction_cost.to_json()
+        )
+        out["savings_usd"] = None if unknown else self.savings
         out["unpriced_models"] = list(self.unpriced_models)
+        out["unpriced_note"] = unpriced_note(self.unpriced_models)
         return out
 
 
@@ -366,19 +406,25 @@ def price_sums(by_model: Iterable[tuple[str, Sums]], prices: PriceTable) -> Tota
     """Price groups of rows, each of one model, and add them up."""
     sums, cost, compaction, savings = Sums(), Cost(), Cost(), 0.0
     unpriced: set[str] = set()
+    priced = False
     for model, group in by_model:
         sums = sums + group
         price = prices.price(model)
+        tokens = bool(
+            group.input_tokens
+            or group.output_tokens
+            or group.cache_read_input_tokens
+            or group.cache_creation_input_tokens
+        )
         if price is None:
-            if group.input_tokens or group.output_tokens or group.cache_read_input_tokens or (
-                group.cache_creation_input_tokens
-            ):
+            if tokens:
                 unpriced.add(model)
             continue
+        priced = priced or tokens
         cost = cost + cost_of(group, price)
         compaction = compaction + provider_compaction_cost_of(group, price)
         savings += savings_of(group, price)
-    return Totals(sums, cost, savings, tuple(sorted(unpriced)), compaction)
+    return Totals(sums, cost, savings, tuple(sorted(unpriced)), compaction, priced)
 
 
 # -- one row --------------------------------------------------------------------------------------

@@ -247,7 +247,7 @@ def _describe(s: Standing) -> str:
     c = s.counter
     who = "per key" if c.scope.startswith("key:") else "tenant"
     if c.metric == "spend":
-        return f"{who} budget of {c.limit / NANO_USD:.2f} USD per {c.period} spent"
+        return f"{who} budget of {budget_text(c.limit)} USD per {c.period} spent"
     return f"{who} {_NAMES[c.metric]} ({c.limit})"
 
 
@@ -291,6 +291,13 @@ def rate_headers(found: Iterable[Standing]) -> dict[str, str]:
         headers[f"{name}-remaining"] = str(s.remaining)
         headers[f"{name}-reset"] = iso_ms(c.end_ms)
     return headers
+
+
+def budget_text(nano: int) -> str:
+    """A budget as configured: cents at least, every digit it was given (0.025 stays 0.025,
+    3 reads 3.00); it is counted in nano-USD, so nine decimals at most."""
+    whole, _, fraction = f"{nano / NANO_USD:.9f}".rstrip("0").partition(".")
+    return f"{whole}.{fraction.ljust(2, '0')}"
 
 
 def _usd(nano: int) -> str:

@@ -1,10 +1,11 @@
 """A tiny fake provider for demos: ``context-proxy demo-upstream [--host] [--port]``.
 
 It speaks just enough of the Messages API to try the proxy without a provider key, and never
-calls out:
+calls out (``context-proxy serve --demo`` runs it in the proxy's own process):
 
-* ``POST /v1/messages``: a deterministic assistant message that echoes the length of the last
-  user text and the number of messages (JSON, or SSE when the request has ``"stream": true``);
+* ``POST /v1/messages``: the demo model's deterministic answer (:mod:`proxy.demo.model`: an
+  agent reading the files its plan lists, one ``tool_use`` a turn, or a text naming the number
+  of messages), as JSON, or SSE when the request has ``"stream": true``;
 * ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}``, a byte-based estimate (4 bytes a
   token);
 * ``GET /v1/models``: one model.
@@ -15,7 +16,6 @@ Credentials are accepted and ignored.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import signal
 from typing import Any
@@ -23,70 +23,49 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from proxy.demo import model
+
 log = logging.getLogger("context_proxy.demo_upstream")
 
-MODEL = "claude-demo-1"
-BYTES_PER_TOKEN = 4
-
-
-def estimate_tokens(raw: bytes) -> int:
-    return max(1, len(raw) // BYTES_PER_TOKEN)
-
-
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            str(block.get("text", ""))
-            for block in content
-            if isinstance(block, dict) and block.get("type") == "text"
-        )
-    return ""
-
-
-def answer_text(body: dict[str, Any]) -> str:
-    """The deterministic reply: the last user text's length and the number of messages."""
-    messages = body.get("messages")
-    messages = messages if isinstance(messages, list) else []
-    last_user = ""
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            last_user = _text_of(message.get("content"))
-            break
-    return (
-        f"Demo upstream: your last message was {len(last_user)} characters long;"
-        f" the conversation has {len(messages)} messages."
-    )
-
-
-def message(body: dict[str, Any], raw: bytes) -> dict[str, Any]:
-    text = answer_text(body)
-    model = body.get("model") if isinstance(body.get("model"), str) else MODEL
-    return {
-        "id": "msg_demo_" + hashlib.sha256(raw).hexdigest()[:24],
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": [{"type": "text", "text": text}],
-        "stop_reason": "end_turn",
-        "stop_sequence": None,
-        "usage": {
-            "input_tokens": estimate_tokens(raw),
-            "output_tokens": estimate_tokens(text.encode()),
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-        },
-    }
+MODEL = model.MODEL
+estimate_tokens = model.estimate_tokens
 
 
 def _frame(event: str, data: dict[str, Any]) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
+def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
+    """One content block as its start, deltas (text in a few pieces; a tool's input as JSON in
+    two) and stop."""
+    def delta(d: dict[str, Any]) -> bytes:
+        return _frame("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+
+    if block["type"] == "tool_use":
+        start = {**block, "input": {}}
+        partial = orjson.dumps(block["input"]).decode()
+        half = len(partial) // 2
+        deltas = [
+            delta({"type": "input_json_delta", "partial_json": piece})
+            for piece in (partial[:half], partial[half:])
+        ]
+    else:
+        start = {"type": "text", "text": ""}
+        text: str = block["text"]
+        step = max(1, len(text) // 4)
+        deltas = [
+            delta({"type": "text_delta", "text": text[i : i + step]})
+            for i in range(0, len(text), step)
+        ]
+    return [
+        _frame("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}),
+        *deltas,
+        _frame("content_block_stop", {"type": "content_block_stop", "index": index}),
+    ]
+
+
 def stream_events(msg: dict[str, Any]) -> list[bytes]:
-    """``msg`` as a well-formed SSE answer, its text in a few deltas."""
-    text: str = msg["content"][0]["text"]
+    """``msg`` as a well-formed SSE answer."""
     start = {
         **msg,
         "content": [],
@@ -95,31 +74,16 @@ def stream_events(msg: dict[str, Any]) -> list[bytes]:
     }
     events = [
         _frame("message_start", {"type": "message_start", "message": start}),
-        _frame(
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "text", "text": ""},
-            },
-        ),
         _frame("ping", {"type": "ping"}),
     ]
-    step = max(1, len(text) // 4)
-    for i in range(0, len(text), step):
-        delta = {"type": "text_delta", "text": text[i : i + step]}
-        events.append(
-            _frame(
-                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
-            )
-        )
-    events.append(_frame("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    for index, block in enumerate(msg["content"]):
+        events += _block_events(index, block)
     events.append(
         _frame(
             "message_delta",
             {
                 "type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "delta": {"stop_reason": msg["stop_reason"], "stop_sequence": None},
                 "usage": {"output_tokens": msg["usage"]["output_tokens"]},
             },
         )
@@ -149,7 +113,7 @@ async def handle_messages(request: web.Request) -> web.StreamResponse:
     if isinstance(parsed, web.Response):
         return parsed
     body, raw = parsed
-    msg = message(body, raw)
+    msg = model.answer(body, raw)
     if body.get("stream") is not True:
         return web.json_response(msg, dumps=lambda v: orjson.dumps(v).decode())
     response = web.StreamResponse(
@@ -194,19 +158,24 @@ def build_app() -> web.Application:
     return app
 
 
-async def serve(host: str, port: int, stop: asyncio.Event | None = None) -> None:
-    """Serve until ``stop`` is set or SIGTERM/SIGINT arrives."""
+async def start(host: str, port: int) -> tuple[web.AppRunner, str]:
+    """The demo provider listening (``port`` 0: any free port): its runner and base URL."""
     runner = web.AppRunner(build_app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     await site.start()
+    bound = next(a for a in runner.addresses if isinstance(a, tuple))
+    return runner, f"http://{bound[0]}:{bound[1]}"
+
+
+async def serve(host: str, port: int, stop: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set or SIGTERM/SIGINT arrives."""
+    runner, url = await start(host, port)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    for address in runner.addresses:
-        if isinstance(address, tuple):
-            log.info("demo upstream listening on http://%s:%d", address[0], address[1])
+    log.info("demo upstream listening on %s", url)
     try:
         await stop.wait()
     finally:

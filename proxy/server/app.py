@@ -1,6 +1,7 @@
 """The aiohttp application: routes, typed app keys, one ClientSession, the error middleware.
 
-``build_app`` assembles it: the middlewares (errors, admission, auth), the lifecycle
+``build_app`` assembles it: the middlewares (errors, the listener split when ``listen.admin_port``
+is set, admission, auth), the lifecycle
 (``cleanup_ctx``), the small handlers (``HEAD /``, ``/healthz``, ``/readyz``, ``/metrics``, the
 ``/v1/*`` passthrough). The messages handler is ``proxy.server.messages``; the admin API
 ``proxy.server.admin``. Handlers stay thin: they load what the core needs, call it, then do the
@@ -51,6 +52,7 @@ from proxy.server.compaction.service import CompactionService
 from proxy.server.compaction.thinking import ThinkingGuard
 from proxy.server.context.durable import DurableContext
 from proxy.server.formats.routes import FORMAT_PATHS, add_format_routes
+from proxy.server.http.listeners import LISTENERS, Listeners, listener_middleware
 from proxy.server.http.metrics import CONTENT_TYPE, new_metrics
 from proxy.server.http.readiness import StoreReadiness
 from proxy.server.ledger import LEDGER, LedgerRecorder
@@ -280,6 +282,8 @@ async def _on_shutdown(app: web.Application) -> None:
 def build_app(config: Config) -> web.Application:
     # Bodies are read by the handlers with their own bound; this only guards request.read().
     middlewares: list[Any] = [error_middleware, admission_middleware, auth_middleware]
+    if config.listen.admin_port is not None:  # each route on its own listener
+        middlewares.insert(1, listener_middleware)
     if config.tracing.enabled:  # OpenTelemetry is imported only then
         try:
             from proxy.server.http.tracing import tracing_ctx, tracing_middleware
@@ -297,6 +301,7 @@ def build_app(config: Config) -> web.Application:
     app[METRICS] = new_metrics()
     app[STATE] = ProxyState()
     app[ERROR_FORMATS] = {}
+    app[LISTENERS] = Listeners()
     if config.tracing.enabled:
         app.cleanup_ctx.append(tracing_ctx)  # first in, last out: after every request's spans
     app.cleanup_ctx.append(_upstream_session)

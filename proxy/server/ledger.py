@@ -7,7 +7,8 @@ continuations through :func:`record_upstream_call`. A background task writes the
 batches (``ledger.batch_size`` rows, or ``ledger.flush_seconds`` after the first one). A slow or
 failing store never delays an answer: when the queue is full, new rows are dropped and counted
 (``context_proxy_ledger_rows{outcome="dropped"}``); a failed batch is retried twice, then
-dropped and counted. The Prometheus token counters are updated at record time.
+dropped and counted. The Prometheus token counters (the provider's usage by tenant, model and
+type; the tokens compaction saved by tenant) are updated at record time.
 
 Which tenant and session a summary call belongs to is taken from :data:`CALL_CONTEXT`, set by the
 messages handler around compaction (the summariser runs in that request's task).
@@ -161,6 +162,9 @@ class LedgerRecorder:
         self.metrics.child(self.metrics.ledger_rows, "queued").inc()
 
     def _count_tokens(self, entry: LedgerEntry) -> None:
+        before, after = entry.tokens_before, entry.tokens_after
+        if before is not None and after is not None and before > after:
+            self.metrics.child(self.metrics.tokens_saved, entry.tenant).inc(before - after)
         usage = entry.usage
         if usage is None:
             return

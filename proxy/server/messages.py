@@ -272,7 +272,7 @@ async def serve_messages(
         recorder if route == "messages" else None, tenant, session, body, prepared.headers,
         agent=agent, quota=request.get(QUOTA_TICKET),
     )
-    call_span = start_call(prepared.forwarded or body, route)
+    call_span = start_call(prepared.forwarded or body, route, server_url=forwarder.base_url)
     try:
         upstream = await forwarder.open(
             request, route=route, data=prepared.body, decode=True, headers=headers

@@ -19,7 +19,7 @@ import yaml
 
 from proxy.server.appkeys import DURABLE
 from proxy.server.ledger import LEDGER, record_upstream_call
-from tests.console.browser import CHROMIUM_ARGS, chromium_path
+from tests.console.browser import browser  # noqa: F401 (the fixture, for this folder)
 from tests.harness import LoopThread, ProxyServer, proxy_config
 from tests.upstream import FakeUpstream, Reply, Reset, message_json
 
@@ -255,21 +255,6 @@ def world(loop_thread: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> 
     finally:
         loop_thread.run(proxy.stop())
         loop_thread.run(upstream.stop())
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    # Module scope: the sync API runs an event loop in this thread while it is open, and later
-    # tests call asyncio.run().
-    executable = chromium_path()
-    if executable is None:
-        pytest.skip("chromium is not installed (apt-get install chromium; .ci/run installs it)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 S_TOKEN = "cpa-solo-console-admin-token-0001"

@@ -16,7 +16,7 @@ import yaml
 
 from proxy.server.appkeys import DURABLE
 from proxy.server.ledger import LEDGER
-from tests.console.browser import Watched, screenshot
+from tests.console.browser import open_watched, screenshot
 from tests.console.conftest import _long_history
 from tests.harness import LoopThread, ProxyServer, proxy_config
 from tests.upstream import FakeUpstream, Reply, message_json
@@ -81,12 +81,7 @@ def test_the_conversations_tree_and_an_agents_compaction(browser: Any, agents_pr
     from playwright.sync_api import expect
 
     url, compaction_id = agents_proxy
-    context = browser.new_context(base_url=url)
-    page = context.new_page()
-    watch = Watched(origin=url)
-    page.on("console", lambda m: watch.console_errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
-    page.on("request", lambda r: watch.on_request(r.url))
+    context, page, watch = open_watched(browser, url)
     try:
         page.goto("/console/")
         page.get_by_label("Admin token").fill(TOKEN)
@@ -119,7 +114,10 @@ def test_the_conversations_tree_and_an_agents_compaction(browser: Any, agents_pr
         assert manifest["agent"] == "a1" and manifest["events"], manifest
         (summary,) = [r for r in manifest["records"] if r["kind"] == "summarized"]
         first = summary["message_indices"][0]
-        article.locator('li[data-record="summarized"]').get_by_role("button", name=f"Show message {first}").click()
+        article.locator("summary").click()  # a compaction opens on demand
+        article.locator('li[data-record="summarized"]').get_by_role(
+            "button", name=f"Show message {first}", exact=True
+        ).click()
         source = page.get_by_role("region", name="Source")
         expect(source).to_contain_text(f"transcript:{SESSION}:a1:{manifest['events'][str(first)]}")
         expect(source).to_contain_text("available")

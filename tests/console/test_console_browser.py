@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.console.browser import Watched, screenshot
+from proxy.cli import figures
+from tests.console.browser import Watched, open_watched, screenshot
 from tests.console.conftest import (
     A_ERRORS,
     A_LONG,
@@ -31,13 +32,7 @@ from tests.console.conftest import (
 
 @pytest.fixture
 def watched(browser: Any, world: World) -> Iterator[tuple[Page, Watched]]:
-    context = browser.new_context(base_url=world.url)
-    page = context.new_page()
-    watch = Watched(origin=world.url)
-    page.on("console", lambda m: watch.console_errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
-    page.on("dialog", lambda d: (watch.dialogs.append(d.message), d.dismiss()))
-    page.on("request", lambda r: watch.on_request(r.url))
+    context, page, watch = open_watched(browser, world.url)
     yield page, watch
     context.close()
     watch.assert_clean()
@@ -238,10 +233,14 @@ def test_session_page_timeline_turns_and_manifest(watched: tuple[Page, Watched],
     second = turns.get_by_role("row").nth(2)
     expect(second).to_contain_text("truncate")
     expect(second).to_contain_text("new")
-    expect(second).to_contain_text(world.compaction_id)
+    expect(second.locator("[data-compaction-id]")).to_have_attribute("data-compaction-id", world.compaction_id)
+    saved = rows[1]["tokens_before"] - rows[1]["tokens_after"]
+    expect(second.locator("[data-saved]")).to_have_text(f"{saved:,}")
+    expect(second.locator("td.savings")).to_have_text(figures.usd(rows[1]["savings_usd"]))
 
     compaction = page.get_by_role("article", name=f"Compaction {world.compaction_id}")
     expect(compaction).to_contain_text("Tool result toolu_log1")
+    compaction.get_by_text("Turn 2 ·").click()  # collapsed: one line, opened on demand
     compaction.get_by_role("button", name="Show artifact").click()
     source = page.get_by_role("region", name="Source")
     expect(source).to_contain_text(world.artifact_pointer)
@@ -267,7 +266,7 @@ def test_sessions_filter_and_sort(watched: tuple[Page, Watched]) -> None:
         expect(row).to_contain_text(text)
     cost = row.locator("[data-usd]")
     assert float(cost.get_attribute("data-usd") or "nan") == build["cost_usd"]["total"] > 0
-    expect(cost).to_have_text(f"${build['cost_usd']['total']:.4f}")
+    expect(cost).to_have_text(figures.usd(build["cost_usd"]["total"]))  # rounded as the CLI rounds
     screenshot(page, "sessions-ledger")
     page.get_by_label("Status").select_option("error")
     page.get_by_role("button", name="Apply").click()
@@ -344,12 +343,13 @@ def test_removed_messages_and_transcript_pages(watched: tuple[Page, Watched]) ->
     article = page.get_by_role("article", name=f"Compaction {compaction}")
     expect(article).to_contain_text("Superseded file read removed: 2 messages")
     source = page.get_by_role("region", name="Source")
+    article.locator("summary").click()
     # Message i of the conversation is transcript event i + 1, checked by the resolver.
-    article.get_by_role("button", name="Show message 1").click()
+    article.get_by_role("button", name="Show message 1", exact=True).click()
     expect(source).to_contain_text(f"transcript:{A_LONG}:2")
     expect(source.get_by_label("Source content")).to_contain_text("tool_use Read (toolu_r1)")
     expect(source.get_by_label("Source content")).to_contain_text("/src/app.py")
-    article.get_by_role("button", name="Show message 2").click()
+    article.get_by_role("button", name="Show message 2", exact=True).click()
     expect(source.get_by_label("Source content")).to_contain_text("tool_result for toolu_r1")
     expect(source.get_by_label("Source content")).to_contain_text("first read code")
 
@@ -357,8 +357,8 @@ def test_removed_messages_and_transcript_pages(watched: tuple[Page, Watched]) ->
     turns = page.get_by_role("table", name="Turns").get_by_role("row")
     expect(turns).to_have_count(3)
     headers = page.get_by_role("table", name="Turns").get_by_role("columnheader").all_inner_texts()
-    columns = (headers.index("Summary calls"), headers.index("Retrievals"))
-    for n, expected in ((1, ["0", "0"]), (2, ["1", "1"])):
+    columns = (headers.index("Summary"), headers.index("Retrievals"))
+    for n, expected in ((1, ["skipped", "0"]), (2, ["skipped · 1 call", "1"])):  # the header said skipped; the ledger has the call
         cells = turns.nth(n).locator("th, td").all_inner_texts()
         assert [cells[c] for c in columns] == expected, cells
 
@@ -398,12 +398,7 @@ def _record_text(record: dict[str, Any]) -> str:
 
 
 def test_each_manifest_record_kind_shows_its_own_figures(browser: Any, summarised: Summarised) -> None:
-    context = browser.new_context(base_url=summarised.url)
-    page = context.new_page()
-    watch = Watched(origin=summarised.url)
-    page.on("console", lambda m: watch.console_errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
-    page.on("request", lambda r: watch.on_request(r.url))
+    context, page, watch = open_watched(browser, summarised.url)
     try:
         sign_in(page, S_TOKEN)
         page.goto(f"/console/sessions/{S_SESSION}")
@@ -415,6 +410,7 @@ def test_each_manifest_record_kind_shows_its_own_figures(browser: Any, summarise
         assert summary["tokens_before"] > summary["summary_tokens"] > 0 and summary["calls"] == 1
         assert len(summary["message_indices"]) >= 2
         article = page.get_by_role("article", name=f"Compaction {summarised.compaction_id}")
+        article.locator("summary").click()
         shown = article.locator("li[data-record]")
         expect(shown).to_have_count(len(records))
         for n, record in enumerate(records):
@@ -424,7 +420,9 @@ def test_each_manifest_record_kind_shows_its_own_figures(browser: Any, summarise
         expect(article).not_to_contain_text("Old turns removed")  # summarised, not removed
         # Its removed messages are still there to read, by their transcript pointers.
         first = summary["message_indices"][0]
-        article.locator('li[data-record="summarized"]').get_by_role("button", name=f"Show message {first}").click()
+        article.locator('li[data-record="summarized"]').get_by_role(
+            "button", name=f"Show message {first}", exact=True
+        ).click()
         expect(page.get_by_role("region", name="Source")).to_contain_text(f"transcript:{S_SESSION}:{first + 1}")
         screenshot(page, "session-summarised")
     finally:

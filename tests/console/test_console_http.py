@@ -51,7 +51,7 @@ def test_sign_in_needs_this_origin(http: httpx.Client, world: World) -> None:
     # Sign-out is checked the same way: a cross-site form cannot sign anyone out.
     r = http.post("/console/signout", headers={"Origin": "https://evil.example"})
     assert r.status_code == 403
-    assert http.get("/console/api/me").json() == {"tenant": "acme", "ledger": True}
+    assert http.get("/console/api/me").json() == {"tenant": "acme", "ledger": True, "client_port": None}
 
 
 def test_over_tls_the_cookie_is_secure_with_the_host_prefix(http: httpx.Client, world: World) -> None:

@@ -14,11 +14,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import pty
 import re
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,8 +32,8 @@ from proxy.config.schema import ConfigError
 from proxy.config.settings import AuthConfig
 from proxy.console.first_signin import OneTimeSignIn, signin_link, tenant_without_admin_token
 from proxy.tenancy.tenants import load_tenancy
-from tests.console.browser import Watched, screenshot
-from tests.harness import proxy_config
+from tests.console.browser import open_watched, screenshot
+from tests.harness import OnTerminal, proxy_config
 from tests.test_cli import ServeProcess
 
 ENV_TOKEN = "cpa-env-admin-token-7f3a9c1e5b"
@@ -131,58 +129,10 @@ def test_which_tenant_gets_a_link(tmp_path: Path) -> None:
 # -- serve on a terminal --------------------------------------------------------------------------
 
 
-class TerminalServe:
-    """``context-proxy serve --port 0`` with its stderr on a pty (a real terminal)."""
-
-    def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
-        master, slave = pty.openpty()
-        clean = {k: v for k, v in os.environ.items() if k not in _ENV_NAMES}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "proxy", "serve", "--port", "0", "--config", str(config)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=slave,
-            env={**clean, **(env or {})},
-        )
-        os.close(slave)
-        self._master = master
-        self.text = ""
-        self._lock = threading.Lock()
-        self._pump = threading.Thread(target=self._read, daemon=True)
-        self._pump.start()
-        self.url = self.wait_for(r"listening on (http://[\d.]+:\d+)").group(1)
-
-    def _read(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self._master, 65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            with self._lock:
-                self.text += chunk.decode("utf-8", "replace")
-
-    def wait_for(self, pattern: str, timeout: float = 20) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                match = re.search(pattern, self.text)
-            if match:
-                return match
-            time.sleep(0.02)
-        raise AssertionError(f"{pattern!r} not in:\n{self.text}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._pump.join(5)
-        os.close(self._master)
+def serve_on_terminal(config: Path, env: dict[str, str] | None = None) -> OnTerminal:
+    """``context-proxy serve --port 0 --config <config>`` on a terminal, without the admin token
+    variables of this shell."""
+    return OnTerminal(["--port", "0", "--config", str(config)], env, drop=_ENV_NAMES)
 
 
 @pytest.fixture
@@ -194,13 +144,13 @@ def bare_config(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def on_terminal(bare_config: Path) -> Iterator[TerminalServe]:
-    served = TerminalServe(bare_config)
+def on_terminal(bare_config: Path) -> Iterator[OnTerminal]:
+    served = serve_on_terminal(bare_config)
     yield served
     served.stop()
 
 
-def test_a_first_start_prints_a_one_time_link_that_signs_in_once(browser: Any, on_terminal: TerminalServe) -> None:
+def test_a_first_start_prints_a_one_time_link_that_signs_in_once(browser: Any, on_terminal: OnTerminal) -> None:
     served = on_terminal
     link, token = served.wait_for(_LINK.pattern).groups()
     lines = [line for line in served.text.splitlines() if "#token=" in line]
@@ -211,12 +161,7 @@ def test_a_first_start_prints_a_one_time_link_that_signs_in_once(browser: Any, o
     r = httpx.get(served.url + "/admin/v1/sessions", headers={"Authorization": f"Bearer {token}"}, trust_env=False)
     assert r.status_code == 401
 
-    context = browser.new_context(base_url=served.url)
-    page = context.new_page()
-    watch = Watched(origin=served.url)
-    page.on("console", lambda m: watch.console_errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: watch.page_errors.append(str(e)))
-    page.on("request", lambda r: watch.on_request(r.url))
+    context, page, watch = open_watched(browser, served.url)
     sent: list[str] = []
     page.on("request", lambda r: sent.append(f"{r.url} {r.headers.get('referer', '')} {r.post_data or ''}"))
     try:
@@ -257,12 +202,12 @@ def test_a_first_start_prints_a_one_time_link_that_signs_in_once(browser: Any, o
 
 
 def test_a_link_from_another_start_is_not_valid(browser: Any, bare_config: Path) -> None:
-    served = TerminalServe(bare_config)
+    served = serve_on_terminal(bare_config)
     try:
         link, _token = served.wait_for(_LINK.pattern).groups()
     finally:
         served.stop()
-    again = TerminalServe(bare_config)  # a restart: a new token, the old one forgotten
+    again = serve_on_terminal(bare_config)  # a restart: a new token, the old one forgotten
     try:
         new_link, _ = again.wait_for(_LINK.pattern).groups()
         port = again.url.rsplit(":", 1)[1]
@@ -303,7 +248,7 @@ def test_an_admin_token_from_the_environment(bare_config: Path, monkeypatch: pyt
     for name in _ENV_NAMES[:2]:
         monkeypatch.delenv(name, raising=False)
     value = ENV_TOKEN if variable == "CONTEXT_PROXY_ADMIN_TOKEN" else _sha(ENV_TOKEN)
-    served = TerminalServe(bare_config, env={variable: value})
+    served = serve_on_terminal(bare_config, env={variable: value})
     try:
         bearer = {"Authorization": f"Bearer {ENV_TOKEN}"}
         r = httpx.get(served.url + "/admin/v1/sessions", headers=bearer, trust_env=False)
@@ -347,7 +292,7 @@ def test_keys_mode_ignores_the_environment_token_and_says_so(tmp_path: Path) -> 
     (policies / "acme.yaml").write_text(yaml.safe_dump(policy))
     config = tmp_path / "proxy.yaml"
     config.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "auth": {"mode": "keys"}, "policies_dir": str(policies)}))
-    served = TerminalServe(config, env={"CONTEXT_PROXY_ADMIN_TOKEN": ENV_TOKEN})
+    served = serve_on_terminal(config, env={"CONTEXT_PROXY_ADMIN_TOKEN": ENV_TOKEN})
     try:
         served.wait_for(r"CONTEXT_PROXY_ADMIN_TOKEN\(_SHA256\) ignored: with auth.mode keys")
         for token, status in ((ENV_TOKEN, 401), ("acme-admin-token-000111", 200)):

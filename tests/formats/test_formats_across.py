@@ -171,6 +171,10 @@ def test_a_traced_bedrock_call_is_a_genai_span_of_aws_bedrock(
         call = _wait(lambda: receiver.named("chat claude-sonnet-4-5-20250929"), "the call span")[0]
         assert call.attributes["gen_ai.provider.name"] == "aws.bedrock"
         assert call.attributes["gen_ai.request.model"] == "claude-sonnet-4-5-20250929"
+        # the server called is the platform's endpoint, not upstream.base_url
+        assert (call.attributes["server.address"], call.attributes["server.port"]) == (
+            "127.0.0.1", int(bedrock.url.rsplit(":", 1)[1])
+        )
         server = next(s for s in receiver.spans if s.kind == "server")
         assert server.attributes["http.route"] == "/model/{model}/invoke"
         assert call.trace_id == server.trace_id and call.parent_id

@@ -13,12 +13,18 @@ function s(tag, attrs = {}, text) {
   return el;
 }
 
-// The axis top: four equal steps, each 1, 2, 2.5 or 5 times a power of ten.
-function niceMax(v) {
-  if (!(v > 0)) return 1;
+// The axis top: four equal steps, each 1, 2, 2.5 or 5 times a power of ten; for counts
+// (``integer``) every step is a whole number (at least 1, never 2.5 below 10), so the ticks of
+// a chart of 1 request read 0, 1, 2, 3, 4, not 0, 0, 1, 1, 1.
+export function niceMax(v, integer = false) {
+  if (!(v > 0)) return integer ? 4 : 1;
   const raw = v / 4;
   const p = Math.pow(10, Math.floor(Math.log10(raw)));
-  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= raw) return 4 * m * p;
+  for (const m of [1, 2, 2.5, 5, 10]) {
+    const step = m * p;
+    if (integer && (step < 1 || !Number.isInteger(step))) continue;
+    if (step >= raw) return 4 * step;
+  }
   return 40 * p;
 }
 
@@ -32,13 +38,14 @@ function short(n) {
 
 /**
  * chart({title, labels: [x label...], series: [{key, label, kind: "line"|"bar", values}],
- *        markers: [{index, label}], format: (n) => string})
+ *        markers: [{index, label}], format: (n) => string, integer: bool})
+ * ``integer``: the values are counts (requests, tokens): the axis ticks are whole numbers.
  * Returns a <figure> with the SVG (role="img", named by title) and a legend.
  */
-export function chart({ title, labels, series, markers = [], format = short }) {
+export function chart({ title, labels, series, markers = [], format = short, integer = false }) {
   const n = labels.length;
   const values = series.flatMap((x) => x.values).filter((v) => Number.isFinite(v));
-  const max = niceMax(Math.max(0, ...values));
+  const max = niceMax(Math.max(0, ...values), integer);
   const iw = W - PAD.left - PAD.right;
   const ih = H - PAD.top - PAD.bottom;
   const step = n > 0 ? iw / n : iw;
@@ -52,6 +59,7 @@ export function chart({ title, labels, series, markers = [], format = short }) {
     class: "chart",
     "data-points": n,
     "data-max": max,
+    "data-integer": integer ? "true" : "false",
   });
   svg.append(s("title", {}, title));
 
@@ -60,7 +68,7 @@ export function chart({ title, labels, series, markers = [], format = short }) {
     const v = (max * t) / 4;
     const y = yOf(v);
     svg.append(s("line", { x1: PAD.left, x2: W - PAD.right, y1: y, y2: y, class: "grid" }));
-    svg.append(s("text", { x: PAD.left - 6, y: y + 4, class: "tick", "text-anchor": "end" }, format(v)));
+    svg.append(s("text", { x: PAD.left - 6, y: y + 4, class: "tick", "text-anchor": "end", "data-tick": v }, format(v)));
   }
   const every = Math.max(1, Math.ceil(n / 8));
   labels.forEach((label, i) => {

@@ -53,10 +53,26 @@ export function fmtInt(n) {
   return Number(n).toLocaleString("en-US");
 }
 
+// Money for people (the same rule as proxy/cli/figures.py): cents from a dollar up, grouped;
+// two significant digits below ($0.052, $0.00012), at most six decimals. The API keeps the raw
+// values; a figure that is not known is a dash, never $0.
 export function fmtUsd(n) {
-  if (n === null || n === undefined) return "–";
+  if (n === null || n === undefined || !Number.isFinite(Number(n))) return "–";
   const v = Number(n);
-  return (v < 0 ? "-$" : "$") + Math.abs(v).toFixed(Math.abs(v) < 1 ? 4 : 2);
+  const a = Math.abs(v);
+  const sign = v < 0 ? "-" : "";
+  if (a >= 1 || a === 0) {
+    return sign + "$" + a.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+  }
+  const decimals = Math.min(6, Math.max(2, 1 - Math.floor(Math.log10(a))));
+  const text = a.toFixed(decimals);
+  return Number(text) === 0 ? sign + "<$0.000001" : sign + "$" + text;
+}
+
+// Money, or why there is none: a total whose models have no price says so.
+export function fmtMoney(totals, value) {
+  if ((value === null || value === undefined) && totals && (totals.unpriced_models || []).length) return "no price";
+  return fmtUsd(value);
 }
 
 export function fmtPct(r) {

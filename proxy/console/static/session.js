@@ -1,8 +1,11 @@
-// One session: timeline, turns, compactions with their manifests, durable state, its
-// conversations (the main one and its agents, parent -> child) and each one's transcript.
+// One session: a headline of what it saved, timeline, turns, compactions with their manifests
+// (collapsed; each shows only the cuts earlier ones did not), durable state, its conversations
+// (the main one and its agents, parent -> child) and each one's transcript (one line an event,
+// opened on demand). A 30-turn session fits in about three screens.
 import { admin, ApiError, enc, whoami } from "./api.js";
 import { chart } from "./chart.js";
-import { append, clear, fmtInt, fmtTime, fmtUsd, h, message } from "./dom.js";
+import { append, clear, fmtInt, fmtMoney, fmtPct, fmtTime, fmtUsd, h, message } from "./dom.js";
+import { card, unpricedNote } from "./overview.js";
 
 const MAX_ROWS = 5000;
 const MAX_MANIFESTS = 50;
@@ -45,7 +48,7 @@ export async function sessionPage(view, id) {
     view.append(message("notice",
       "The usage ledger is not available on this proxy (no /admin/v1/usage): no timeline, turns or compactions."));
   } else {
-    view.append(timeline(rows), turns(rows));
+    append(view, [await headline(id, rows), timeline(rows), turns(rows)]);
     view.append(await compactions(base, rows, viewer));
   }
   view.append(await durable(base, state, viewer));
@@ -54,6 +57,33 @@ export async function sessionPage(view, id) {
   view.append(await conversations(base, log));
   view.append(log.element);
   await log.show("");
+}
+
+// --- the headline: what the session saved ---------------------------------------------------
+
+// The session's totals as the ledger defines them (/usage/summary for this session, over the
+// whole time it has calls): tokens and dollars saved, the share of input, compactions.
+async function headline(id, rows) {
+  if (!rows.length) return null;
+  const first = Math.floor(Math.min(...rows.map((r) => Date.parse(r.at))) / 1000) * 1000;
+  const until = Math.ceil((Date.now() + 60000) / 60000) * 60000;
+  const bucket = Math.max(1, Math.ceil((until - first) / 1000));
+  const data = await admin("/usage/summary", {
+    session: id, since: new Date(first).toISOString(), until: new Date(until).toISOString(), bucket,
+  });
+  const t = data.totals;
+  const cost = t.cost_usd ? t.cost_usd.total : null;
+  const without = cost !== null && t.savings_usd !== null ? cost + t.savings_usd : null;
+  return h("section", { class: "headline", "aria-label": "What this session saved" },
+    h("div", { class: "cards" },
+      card("Tokens saved", "tokens_saved", fmtInt(t.tokens_saved),
+        `${fmtPct(t.tokens_saved_ratio)} of input: ${fmtInt(t.tokens_before)} before compaction, ${fmtInt(t.tokens_after)} after`, t.tokens_saved),
+      card("Dollars saved", "savings_usd", fmtMoney(t, t.savings_usd),
+        without === null ? null : `it cost ${fmtUsd(cost)} instead of ${fmtUsd(without)}`, t.savings_usd),
+      card("Share of input saved", "tokens_saved_ratio", fmtPct(t.tokens_saved_ratio), "tokens saved / tokens before compaction", t.tokens_saved_ratio),
+      card("Compactions", "compaction_events", fmtInt(t.compaction_events),
+        `${fmtInt(t.client_calls)} requests, ${fmtInt(t.summary_calls)} summary calls, ${fmtInt(t.errors)} errors`, t.compaction_events)),
+    unpricedNote(t));
 }
 
 // --- timeline and turns ---------------------------------------------------------------------
@@ -67,11 +97,12 @@ function timeline(rows) {
   });
   const u = (r, k) => (r.usage ? r.usage[k] || 0 : 0);
   if (!client.length) return section("Timeline", message("notice", "No request of this session is in the usage ledger."));
-  return section("Timeline",
+  return section("Timeline", h("div", { class: "pair" },
     chart({
       title: "Tokens before and after compaction per turn",
       labels,
       markers,
+      integer: true,
       series: [
         { key: "tokens_before", label: "tokens before", kind: "line", values: client.map((r) => r.tokens_before || 0) },
         { key: "tokens_after", label: "tokens after", kind: "line", values: client.map((r) => r.tokens_after || 0) },
@@ -81,12 +112,13 @@ function timeline(rows) {
       title: "Prompt cache reads and writes per turn",
       labels,
       markers,
+      integer: true,
       series: [
         { key: "cache_read_input_tokens", label: "cache read", kind: "bar", values: client.map((r) => u(r, "cache_read_input_tokens")) },
         { key: "cache_creation_input_tokens", label: "cache write", kind: "bar", values: client.map((r) => u(r, "cache_creation_input_tokens")) },
         { key: "input_tokens", label: "uncached input", kind: "bar", values: client.map((r) => u(r, "input_tokens")) },
       ],
-    }));
+    })));
 }
 
 // The proxy's own calls (summaries, retrieval continuations) are made while it serves a client
@@ -105,62 +137,99 @@ function ownCalls(rows) {
   return out;
 }
 
+// A row's dollars saved: "no price" for a model without one (its savings are unknown, not 0).
+const rowSavings = (r) => (r.savings_usd === null || r.savings_usd === undefined ? (r.cost_usd ? "–" : "no price") : fmtUsd(r.savings_usd));
+
 function turns(rows) {
   const byTurn = ownCalls(rows);
   const client = rows.filter((r) => r.kind === "client");
+  const models = new Set(client.map((r) => r.model));
   const body = client.map((r, i) => {
     const extra = byTurn.get(r.id) || { summary: 0, retrieval: 0 };
-    return h("tr", { "data-turn": i + 1 },
+    const saved = r.tokens_before !== null && r.tokens_after !== null ? r.tokens_before - r.tokens_after : null;
+    return h("tr", { "data-turn": i + 1, class: r.status >= 400 ? "failed" : null },
       h("th", { scope: "row" }, String(i + 1)),
-      h("td", {}, fmtTime(r.at)),
-      h("td", {}, r.model || ""),
+      h("td", { title: fmtTime(r.at) }, fmtTime(r.at).slice(11)),
+      models.size > 1 ? h("td", {}, r.model || "") : null,
       h("td", {}, String(r.status)),
       h("td", { class: "num" }, fmtInt(r.tokens_before)),
       h("td", { class: "num" }, fmtInt(r.tokens_after)),
-      h("td", {}, Array.isArray(r.layers) ? r.layers.join(", ") || "none" : String(r.layers || "none")),
+      h("td", { class: "num", "data-saved": saved }, fmtInt(saved)),
+      h("td", {}, Array.isArray(r.layers) ? r.layers.join(", ") || "none" : String(r.layers || "none").replaceAll(",", ", ")),
       h("td", {}, r.plan || "none"),
-      h("td", {}, r.summary || "–"),
-      h("td", { class: "num" }, fmtInt(extra.summary)),
+      h("td", { "data-summary-calls": extra.summary },
+        (r.summary || "–") + (extra.summary ? ` · ${fmtInt(extra.summary)} ${extra.summary === 1 ? "call" : "calls"}` : "")),
       h("td", { class: "num" }, fmtInt(extra.retrieval)),
       h("td", { class: "num" }, fmtInt(r.usage ? r.usage.cache_read_input_tokens : null)),
       h("td", { class: "num" }, fmtInt(r.usage ? r.usage.cache_creation_input_tokens : null)),
       h("td", { class: "num" }, fmtUsd(r.cost_usd ? r.cost_usd.total : null)),
-      h("td", {}, r.compaction_id ? h("code", {}, r.compaction_id) : ""));
+      h("td", { class: "num savings", "data-usd": r.savings_usd }, rowSavings(r)),
+      h("td", {}, r.compaction_id
+        ? h("code", { class: "short", title: r.compaction_id, "data-compaction-id": r.compaction_id }, r.compaction_id.slice(0, 12) + "…")
+        : ""));
   });
-  return section("Turns", h("div", { class: "scroll" }, h("table", {},
-    h("caption", { class: "visually-hidden" }, "Turns"),
-    h("thead", {}, h("tr", {}, ["Turn", "Time", "Model", "Status", "Tokens before", "Tokens after", "Layers",
-      "Plan", "Summary", "Summary calls", "Retrievals", "Cache read", "Cache write", "Cost", "Compaction"].map((t) => h("th", { scope: "col" }, t)))),
-    h("tbody", {}, body))));
+  const headers = ["Turn", "Time", models.size > 1 ? "Model" : null, "Status", "Tokens before", "Tokens after", "Saved",
+    "Layers", "Plan", "Summary", "Retrievals", "Cache read", "Cache write", "Cost", "Savings", "Compaction"]
+    .filter((x) => x !== null);
+  return section("Turns",
+    models.size === 1 ? h("p", { class: "detail" }, `Model ${[...models][0]}; times in UTC.`) : null,
+    h("div", { class: "scroll" }, h("table", { class: "compact" },
+      h("caption", { class: "visually-hidden" }, "Turns"),
+      h("thead", {}, h("tr", {}, headers.map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, body))));
 }
 
 // --- compactions ----------------------------------------------------------------------------
 
+// Each compaction collapsed to one line; opened, it lists only the cuts no earlier compaction
+// of this session made (a plan extends the previous one: its manifest repeats the earlier cuts).
 async function compactions(base, rows, viewer) {
   const ids = [];
-  for (const r of rows) if (r.compaction_id && r.plan === "new" && !ids.includes(r.compaction_id)) ids.push(r.compaction_id);
+  const turnOf = new Map();
+  rows.filter((r) => r.kind === "client").forEach((r, i) => {
+    if (r.compaction_id && r.plan === "new" && !ids.includes(r.compaction_id)) {
+      ids.push(r.compaction_id);
+      turnOf.set(r.compaction_id, i + 1);
+    }
+  });
   const out = section("Compactions");
   if (!ids.length) {
     out.append(message("notice", "No compaction in this session."));
     return out;
   }
   const session = decodeURIComponent(base.slice("/sessions/".length));
+  const seen = new Set();
   for (const cid of ids.slice(0, MAX_MANIFESTS)) {
     let m;
     try {
       m = await admin("/manifests/" + enc(cid));
     } catch (err) {
       if (!(err instanceof ApiError && err.status === 404)) throw err;
-      out.append(h("article", { "aria-label": "Compaction " + cid }, h("h3", {}, "Compaction ", h("code", {}, cid)),
-        message("notice", "Its manifest is not stored.")));
+      out.append(h("article", { "aria-label": "Compaction " + cid, class: "compaction" },
+        h("p", { class: "line" }, "Compaction ", h("code", {}, cid), ": its manifest is not stored.")));
       continue;
     }
     const man = m.manifest || {};
-    const records = (man.records || []).map((rec) => manifestRecord(rec, session, viewer, man));
-    out.append(h("article", { "aria-label": "Compaction " + cid, "data-agent": man.agent || "" },
-      h("h3", {}, "Compaction ", h("code", {}, cid), man.agent ? [" of agent ", h("code", {}, man.agent)] : ""),
-      h("p", {}, `Stored ${fmtTime(m.stored_at)} · ${fmtInt(man.tokens_before)} → ${fmtInt(man.tokens_after)} tokens · layers ${(man.layers || []).join(", ") || "none"} · summary ${man.summary || "–"}`),
-      h("ul", {}, records)));
+    const all = man.records || [];
+    const fresh = all.filter((rec) => {
+      const key = JSON.stringify([man.agent || "", rec]);
+      if (seen.has(key)) return false;
+      seen.add(key);
+      return true;
+    });
+    const repeated = all.length - fresh.length;
+    const records = fresh.map((rec) => manifestRecord(rec, session, viewer, man));
+    const turn = turnOf.get(cid);
+    const summary = h("summary", {},
+      `Turn ${turn} · ${fmtInt(man.tokens_before)} → ${fmtInt(man.tokens_after)} tokens · ${(man.layers || []).join(", ") || "none"}`
+        + ` · ${fmtInt(fresh.length)} new ${fresh.length === 1 ? "cut" : "cuts"}`
+        + (repeated ? ` (${fmtInt(repeated)} earlier not repeated)` : ""),
+      man.agent ? [" · of agent ", h("code", {}, man.agent)] : "");
+    out.append(h("article", { "aria-label": "Compaction " + cid, "data-agent": man.agent || "", class: "compaction" },
+      h("details", { "data-compaction": cid },
+        summary,
+        h("p", { class: "detail" }, "Compaction ", h("code", {}, cid), ` · stored ${fmtTime(m.stored_at)} · summary ${man.summary || "–"}`),
+        records.length ? h("ul", {}, records) : message("notice", "Every cut of this compaction was made by an earlier one."))));
   }
   if (ids.length > MAX_MANIFESTS) out.append(message("notice", `${ids.length - MAX_MANIFESTS} more compactions not shown.`));
   return out;
@@ -194,8 +263,9 @@ function manifestRecord(rec, session, viewer, man) {
   const tools = Array.isArray(rec && rec.tool_use_ids) && rec.tool_use_ids.length
     ? [" (tool calls ", rec.tool_use_ids.join(", "), ")"] : "";
   const shown = indices.slice(0, 50).map((i) => [i, eventPointer(man, session, i)]).filter(([, p]) => p);
-  const messages = shown.length ? h("ul", { class: "inline" }, shown.map(([i, pointer]) =>
-    h("li", {}, viewer.button(`Show message ${i}`, pointer)))) : "";
+  const messages = shown.length ? h("div", { class: "messages" }, h("span", { class: "label" }, "Messages "),
+    h("ul", { class: "inline", "aria-label": "Removed messages" }, shown.map(([i, pointer]) =>
+      h("li", {}, viewer.button(String(i), pointer, `Show message ${i}`))))) : "";
   const count = (n, one, many) => `${fmtInt(n)} ${n === 1 ? one : many}`;
   if (kind === "removed" && rec.reason === "dedup") {
     const what = indices.length
@@ -244,10 +314,14 @@ async function durable(base, state, viewer) {
     h("tbody", {}, recs.length
       ? recs.map((r) => row(r, text(r.item)))
       : h("tr", {}, h("td", { colspan: 6, class: "detail" }, "None."))));
-  out.append(
-    tbl("Facts", state.facts, (i) => i.content),
-    tbl("Pending items", state.pending, (i) => `[${i.status}] ${i.content}`),
-    tbl("Evidence", state.evidence, (i) => `${i.title} (rank ${i.rank}, score ${i.score})`));
+  if (!state.facts.length && !state.pending.length && !state.evidence.length) {
+    out.append(message("notice", "No facts, pending items or evidence: nothing is injected for this session."));
+  } else {
+    out.append(
+      tbl("Facts", state.facts, (i) => i.content),
+      tbl("Pending items", state.pending, (i) => `[${i.status}] ${i.content}`),
+      tbl("Evidence", state.evidence, (i) => `${i.title} (rank ${i.rank}, score ${i.score})`));
+  }
   if (preview.block !== null && preview.block !== undefined) {
     out.append(h("details", {}, h("summary", {}, "Injected block"), h("pre", {}, preview.block)));
   }
@@ -272,8 +346,8 @@ function sourceViewer(base) {
       data.truncated ? message("notice", "Only the beginning is shown.") : null]);
     element.scrollIntoView({ block: "nearest" });
   }
-  function button(label, pointer) {
-    const b = h("button", { type: "button", class: "link", "data-pointer": pointer }, label);
+  function button(label, pointer, name) {
+    const b = h("button", { type: "button", class: "link", "data-pointer": pointer, "aria-label": name }, label);
     b.addEventListener("click", () => {
       show(pointer).catch((err) => clear(body).append(message("error", "Could not load the source: " + err.message)));
     });
@@ -321,6 +395,22 @@ function blockView(block) {
     default:
       return h("div", { class: "block" }, h("p", { class: "label" }, String(block.type || "block")), h("pre", {}, JSON.stringify(block, null, 2)));
   }
+}
+
+// The first words of an event, for its collapsed line: text, else what the blocks are.
+function gist(content) {
+  if (content && typeof content === "object" && !Array.isArray(content) && "content" in content) content = content.content;
+  const blocks = Array.isArray(content) ? content : [content];
+  const parts = blocks.map((b) => {
+    if (typeof b === "string") return b;
+    if (!b || typeof b !== "object") return "";
+    if (b.type === "text") return String(b.text || "");
+    if (b.type === "tool_use" || b.type === "server_tool_use") return `[${b.name || "tool"} ${JSON.stringify(b.input || {})}]`;
+    if (b.type === "tool_result") return `[result for ${b.tool_use_id || ""}]`;
+    return `[${b.type || "block"}]`;
+  });
+  const text = parts.join(" ").replace(/\s+/g, " ").trim();
+  return text.length > 140 ? text.slice(0, 139) + "…" : text;
 }
 
 function contentView(content) {
@@ -376,9 +466,13 @@ function transcriptView(base) {
     const data = await admin(base + "/transcript", query);
     clear(list);
     for (const e of data.events) {
+      // one line an event (its first words); opened, the whole of it
       list.append(h("article", { class: "event " + e.role, "data-seq": e.seq, "aria-label": `Event ${e.seq}` },
-        h("p", { class: "label" }, `#${e.seq} · ${e.role} · ${e.type}${e.complete ? "" : " (incomplete)"} · ${fmtTime(e.recorded_at)}`),
-        contentView(e.content)));
+        h("details", {},
+          h("summary", { class: "label" },
+            `#${e.seq} · ${e.role} · ${e.type}${e.complete ? "" : " (incomplete)"} · ${fmtTime(e.recorded_at)} · `,
+            h("span", { class: "gist" }, gist(e.content))),
+          contentView(e.content))));
     }
     if (!data.events.length) list.append(message("notice", "Nothing recorded."));
     clear(pager);

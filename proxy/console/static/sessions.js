@@ -1,6 +1,6 @@
 // Sessions: the tenant's sessions with usage figures; filter by model, status, time; sort.
 import { admin, whoami } from "./api.js";
-import { fmtInt, fmtPct, fmtTime, fmtUsd, h, link, message } from "./dom.js";
+import { fmtInt, fmtMoney, fmtPct, fmtTime, h, link, message } from "./dom.js";
 import { RANGES, window_ } from "./ranges.js";
 
 const PAGE = 50;
@@ -66,16 +66,21 @@ export async function sessionsPage(view, navigate) {
       h("td", { class: "num" }, fmtInt(s.summary_failures)),
       h("td", { class: "num" }, fmtInt(s.total_input_tokens)),
       h("td", { class: "num" }, fmtPct(s.cache_hit_ratio)),
-      h("td", { class: "num", "data-usd": costOf(s) }, fmtUsd(costOf(s))),
-      h("td", { class: "num" }, fmtUsd(s.savings_usd))));
+      h("td", { class: "num" }, fmtInt(s.tokens_saved)),
+      h("td", { class: "num", "data-usd": costOf(s), title: s.unpriced_note || null }, fmtMoney(s, costOf(s))),
+      h("td", { class: "num savings", "data-savings-usd": s.savings_usd, title: s.unpriced_note || null }, fmtMoney(s, s.savings_usd))));
   view.append(
     h("p", { class: "detail", role: "status" }, `${fmtInt(data.total)} sessions`),
     h("table", {},
       h("caption", {}, "Sessions"),
       h("thead", {}, h("tr", {}, ["Session", "Last activity", "Models", "Calls", "Errors", "Compactions",
-        "Summary failures", "Input tokens", "Cache hit", "Cost", "Savings"].map((t) => h("th", { scope: "col" }, t)))),
+        "Summary failures", "Input tokens", "Cache hit", "Tokens saved", "Cost", "Savings"].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, rows)));
   if (!rows.length) view.append(message("notice", "No session matches."));
+  // a model without a price: the API's own words, once each
+  for (const note of new Set(data.sessions.map((x) => x.unpriced_note).filter(Boolean))) {
+    view.append(message("notice", note));
+  }
   const pager = h("nav", { class: "pager", "aria-label": "Pages" });
   const at = (offset) => {
     const q = new URLSearchParams(location.search);

@@ -342,7 +342,8 @@ async def get_summary(request: web.Request, tenant: Tenant) -> web.StreamRespons
     query = UsageQuery(since_ms, until_ms, base.session, base.model, base.kind)
     groups = await request.app[STORE].usage_groups(tenant.name, query, "bucket", bucket_s * 1000)
     _bounded(groups)
-    return _json(summary_json(groups, _prices(request), since_ms, until_ms, bucket_s))
+    answer = summary_json(groups, _prices(request), since_ms, until_ms, bucket_s)
+    return _json({"tenant": tenant.name, **answer})
 
 
 async def get_sessions(request: web.Request, tenant: Tenant) -> web.StreamResponse:

@@ -173,7 +173,7 @@ class SummaryClient:
         """POST ``body`` (a Messages request) and return the answered message, retrying as the
         SDK did. Raises :class:`SummaryFailed`. Traced as one GenAI call span, retries
         included (``proxy.server.relay.call_span``)."""
-        span = start_call(body, "summary", "summary")
+        span = start_call(body, "summary", "summary", self.url)
         try:
             message = await self._create(body, auth)
         except BaseException as exc:

@@ -287,7 +287,9 @@ class RetrievalLoop:
         now = time.perf_counter()
         if self.continuations:
             self.continuations[-1].ended = now
-        call = Continuation(time.time(), now, span=start_call(self._sent, self.route, "retrieval"))
+        call = Continuation(time.time(), now, span=start_call(
+            self._sent, self.route, "retrieval", self.forwarder.base_url
+        ))
         self.continuations.append(call)
         try:
             upstream = await self.forwarder.open(

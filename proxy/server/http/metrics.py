@@ -1,7 +1,10 @@
 """Prometheus metrics, on a registry owned by one app (tests run many apps in one process).
 
 Labels never carry request content, paths of passthrough calls or credentials: ``route`` is one of
-a fixed set (messages, count_tokens, passthrough, health, admin, other).
+a fixed set (messages, count_tokens, passthrough, health, admin, other). Never a series per
+session or key: the only open-ended labels are tenants (bounded by the policies) and models (at
+most 50, then ``other``). Tenant names are labels, so ``/metrics`` is for the operator's
+scraper, not the public (``listen.admin_port`` serves it apart from the client port).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Metrics:
     open_connections: Gauge
     connections_closed: Counter
     usage_tokens: Counter
+    tokens_saved: Counter
     ledger_rows: Counter
     quota_refusals: Counter
     trace_spans: Counter
@@ -141,6 +145,14 @@ def new_metrics() -> Metrics:
             " cache_read, cache_creation, output). Models beyond the first 50 seen, or with odd"
             " names, are counted as model=\"other\".",
             ["tenant", "model", "type"],
+            registry=registry,
+        ),
+        tokens_saved=Counter(
+            "context_proxy_tokens_saved",
+            "Tokens compaction removed from client requests before they were forwarded, by tenant"
+            " (the proxy's count: x-compaction-tokens-before minus x-compaction-tokens-after)."
+            " Dollars saved: the admin API's /admin/v1/usage/summary (savings_usd).",
+            ["tenant"],
             registry=registry,
         ),
         ledger_rows=Counter(

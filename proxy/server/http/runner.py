@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import TextIO
+from urllib.parse import urlsplit
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
@@ -27,8 +30,9 @@ from proxy.logs.formatting import escape
 from proxy.server.app import build_app
 from proxy.server.appkeys import CONFIG, FORWARDER, METRICS, STATE, TENANCY
 from proxy.server.http.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
+from proxy.server.http.listeners import Listeners, start_sites
 from proxy.server.maintenance.idle_trim import release_when_idle
-from proxy.tenancy.tenants import load_tenancy
+from proxy.tenancy.tenants import Tenancy, load_tenancy
 
 log = logging.getLogger("context_proxy.runner")
 
@@ -72,31 +76,37 @@ def make_runner(
     )
 
 
+Announce = Callable[[web.Application, Listeners], None]
+
+
 async def serve(
-    config: Config, stop: asyncio.Event | None = None, terminal: TextIO | None = None
+    config: Config,
+    stop: asyncio.Event | None = None,
+    terminal: TextIO | None = None,
+    announce: Announce | None = None,
 ) -> None:
     """Serve until ``stop`` is set or a SIGTERM/SIGINT arrives, then drain and return.
     ``terminal``: where the one-time console link may be printed (stderr when it is a terminal;
-    never the log stream)."""
+    never the log stream). ``announce``: called once listening (``serve --demo`` prints what
+    to do next), instead of the one-time link."""
     soft, hard = raise_open_files_limit()
     log.info("open files limit: %d (hard %d)", soft, hard)
     app = build_app(config)
     runner = make_runner(app, config)
     await runner.setup()
-    site = web.TCPSite(
-        runner, config.listen.host, config.listen.port, backlog=4096, reuse_address=True
-    )
-    await site.start()
+    listeners = await start_sites(runner, config, app)
     tune_interpreter()
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, schedule_reload, app, config)
-    addresses = [(str(a[0]), int(a[1])) for a in runner.addresses if isinstance(a, tuple)]
-    for host, port in addresses:
-        log.info("listening on http://%s:%d upstream=%s", host, port, config.upstream.base_url)
-    announce_console(app, addresses, terminal)
+    for line in startup_lines(config, app[TENANCY].current, listeners):
+        log.info("%s", line)
+    if announce is not None:
+        announce(app, listeners)
+    else:
+        announce_console(app, listeners.admin or listeners.client, terminal)
     # memory back to the system when the proxy goes idle after a burst (a 1 s poll)
     releasing = loop.create_task(release_when_idle(app[STATE]))
     try:
@@ -108,6 +118,42 @@ async def serve(
         await drain(app, runner, config.shutdown.grace_seconds)
         await runner.cleanup()
         log.info("stopped")
+
+
+def store_text(url: str) -> str:
+    """The store as a log line may name it: SQLite's file, PostgreSQL's host, port and database
+    (never its user, password or settings)."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        return f"SQLite {os.path.abspath(url[len('sqlite:///'):])}"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    where = f"{parts.hostname or 'localhost'}{f':{port}' if port else ''}{parts.path}"
+    return f"PostgreSQL {where}"
+
+
+def startup_lines(config: Config, tenancy: Tenancy, listeners: Listeners) -> list[str]:
+    """What a start logs: how clients authenticate, the tenants, the store, each listener."""
+    names = ", ".join(t.name for t in tenancy.tenants[:10])
+    more = f" and {len(tenancy.tenants) - 10} more" if len(tenancy.tenants) > 10 else ""
+    count = len(tenancy.tenants)
+    lines = [
+        f"auth.mode {tenancy.mode}, {count} tenant{'' if count == 1 else 's'} ({names}{more});"
+        f" store {store_text(config.store_url)}"
+    ]
+    routes = "the API" if listeners.admin else "the API, /admin, /console and /metrics"
+    for host, port in listeners.client:
+        lines.append(
+            f"listening on http://{host}:{port} upstream={config.upstream.base_url} ({routes})"
+        )
+    for host, port in listeners.admin:
+        lines.append(
+            f"admin listener on http://{host}:{port}: /admin, /console and /metrics"
+            " (the client port answers 404 for them)"
+        )
+    return lines
 
 
 def announce_console(

@@ -58,6 +58,9 @@ class Tracer(Protocol):
 
     def identify(self, tenant: str, session: str | None, agent: str | None) -> None: ...
 
+    def session(self) -> str | None:
+        """The session :meth:`identify` named for the current request, if any."""
+
 
 class _NoSpan:
     __slots__ = ()
@@ -115,6 +118,12 @@ def start(name: str, kind: Kind = "internal", attributes: Attributes | None = No
     if tracer is None:
         return NO_SPAN
     return tracer.start(name, kind, attributes)
+
+
+def session() -> str | None:
+    """The current request's session (tracing on, once identified), for ``gen_ai.conversation.id``."""
+    tracer = _TRACER.get()
+    return tracer.session() if tracer is not None else None
 
 
 def identify(tenant: str, conversation: Conversation | None) -> None:

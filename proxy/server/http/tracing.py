@@ -160,6 +160,10 @@ class Tracing:
         _IDENTITY.set(identity)
         trace.get_current_span().set_attributes(identity)
 
+    def session(self) -> str | None:
+        identity = _IDENTITY.get()
+        return identity.get(spans.SESSION) if identity else None
+
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def close(self) -> None:

@@ -5,8 +5,9 @@
 finish reason, tokens: ``proxy.core.genai``). A request whose answer took hidden retrieval rounds
 made one call per round: the first call's span ends where the first hidden round began, each
 round's call has its own span (opened by the retrieval loop, a child of its round's span), and all
-get their round's own usage here, where the rounds' figures are known. Without tracing every step
-is a no-op.
+get their round's own usage here, where the rounds' figures are known. Every call's span names
+the server it goes to (``server.address``, ``server.port``) and, when the request has one, its
+session as ``gen_ai.conversation.id``. Without tracing every step is a no-op.
 """
 
 from __future__ import annotations
@@ -28,9 +29,12 @@ if TYPE_CHECKING:
 _OPERATIONS = {"messages": "chat", "count_tokens": "count_tokens", "summary": "chat"}
 
 
-def start_call(body: Mapping[str, Any], route: str, call: str = "client") -> spans.Span:
+def start_call(
+    body: Mapping[str, Any], route: str, call: str = "client", server_url: str | None = None
+) -> spans.Span:
     """The span of one upstream call of ``body`` (``call``: whose call: ``client`` (the client's
-    own request), ``retrieval`` (a hidden round's), ``summary``)."""
+    own request), ``retrieval`` (a hidden round's), ``summary``; ``server_url``: where an
+    Anthropic API call goes; a tenant's Bedrock or Vertex call goes to its platform's endpoint)."""
     if not spans.enabled():
         return spans.NO_SPAN
     operation = _OPERATIONS.get(route, route)
@@ -38,6 +42,11 @@ def start_call(body: Mapping[str, Any], route: str, call: str = "client") -> spa
     attributes: dict[str, Any] = dict(
         genai.request_attributes(operation, body, platform.format if platform else "anthropic")
     )
+    endpoint = getattr(platform, "endpoint", None) if platform is not None else server_url
+    attributes.update(genai.server_attributes(endpoint))
+    session = spans.session()
+    if session:
+        attributes[genai.CONVERSATION_ID] = session
     attributes["context_proxy.call"] = call
     if spans.capture_content():
         messages = body.get("messages")

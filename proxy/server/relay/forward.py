@@ -161,6 +161,11 @@ class Forwarder:
         )
         self.metrics = metrics
 
+    @property
+    def base_url(self) -> str:
+        """The Anthropic API's base URL this forwarder sends to (a tenant's platform aside)."""
+        return self._base
+
     def url_for(self, raw_path: str) -> URL:
         """``raw_path`` is the client's path and query, still percent-encoded, kept as sent."""
         return URL(self._base + raw_path, encoded=True)
