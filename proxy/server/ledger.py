@@ -444,8 +444,8 @@ class ClientCall:
 
 
 class HiddenRound(Protocol):
-    """A retrieval continuation as :class:`proxy.server.context.retrieval.Continuation`
-    describes it."""
+    """A retrieval continuation as :class:`proxy.server.relay.rounds.Continuation` describes
+    it."""
 
     @property
     def sent_at(self) -> float: ...

@@ -329,21 +329,22 @@ async def serve_messages(
                 ):
                     guard.learn(learn_from, message)
                 if retrieval is not None:
-                    message = retrieval.annotate(message)
+                    message = retrieval.hidden.annotate(message)
                 if recording:
                     durable.record_answer(turn, message, answer.stopped)
             if upstream.status == 200:
                 tap.close()
             # recorded even when the client went away mid-stream: the call was made (and billed)
             request_id = upstream.headers.get("request-id")
-            if retrieval is not None and retrieval.continuations:
+            if retrieval is not None and retrieval.hidden.continuations:
                 call.record_rounds(
-                    upstream.status, retrieval.round_usages(), retrieval.continuations, request_id,
+                    upstream.status, retrieval.hidden.usages(), retrieval.hidden.continuations,
+                    request_id,
                     notes=tap.notes,
                 )
             else:
                 call.record(upstream.status, tap.usage, request_id, notes=tap.notes)
-            answered(call_span, upstream.status, tap, retrieval)
+            answered(call_span, upstream.status, tap, retrieval.hidden if retrieval else None)
     if outcome.completed and outcome.status == 200 and (retrieval is None or not retrieval.rounds):
         service.observe(prepared.calibration_key, prepared.estimate, tap.input_tokens)
     # Learnt once the answer is out: where this body's messages end, and their digests, serve
