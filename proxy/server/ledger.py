@@ -356,7 +356,10 @@ class ClientCall:
         *,
         agent: str | None = None,
         quota: Charged | None = None,
+        sent: tuple[tuple[str, int], float] | None = None,
     ) -> None:
+        """``sent``: when the call was sent, as ``now_ms()`` and ``time.perf_counter()`` (default:
+        now): the row's time and the start of its latency."""
         self._recorder = recorder
         self._quota = quota
         self._tenant = tenant
@@ -364,8 +367,7 @@ class ClientCall:
         self._agent = agent
         self._body = body
         self._report = report
-        self._started = now_ms()
-        self._t0 = time.perf_counter()
+        self._started, self._t0 = sent if sent is not None else (now_ms(), time.perf_counter())
 
     def record(
         self,

@@ -1,8 +1,9 @@
 """The edge of the retrieval tool: answer the model's ``context_proxy_retrieve`` calls, call the
 provider again with the extended view, and give the client one answer.
 
-A request whose forwarded view offers the tool (``Prepared.view``) goes through
-:class:`RetrievalLoop` instead of the plain relay once the upstream answered 200. Per round:
+A request whose forwarded view offers the tool (``Prepared.view``) is relayed by
+:class:`RetrievalLoop` (the ``retrieve`` stage installs it; an answer other than a 200 goes
+through the plain relay, as it came). Per round:
 
 1. the upstream's answer is relayed as it arrives (streaming: spliced, see ``splice``; JSON:
    read whole first, a JSON answer is one write anyway);
@@ -306,7 +307,13 @@ class RetrievalLoop:
         on_prepared: float,
         tap: Callable[[bytes], None],
     ) -> tuple[web.StreamResponse, RelayOutcome]:
-        """Relay ``upstream`` (a 200) and any hidden rounds to the client as one answer."""
+        """Relay ``upstream`` and any hidden rounds to the client as one answer. An answer
+        other than a 200 carries no call of ours: it is relayed as it came (``Forwarder.relay``)."""
+        if upstream.status != 200:
+            return await self.forwarder.relay(
+                self.request, upstream, decoded=True, extra_headers=extra_headers,
+                on_prepared=on_prepared, route=self.route, tap=tap,
+            )
         is_sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
         headers = response_headers_for_client(upstream.headers, decoded=True)
         headers.update(extra_headers)
