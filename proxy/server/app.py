@@ -242,7 +242,6 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         config.upstream.read_timeout,
         app[METRICS],
         draining=lambda: app[STATE].draining,
-        platform_of=_platform_of,
     )
     app[FORWARDER] = forwarder
     app[PLATFORMS] = Platforms(

@@ -268,7 +268,8 @@ class RetrievalLoop:
         continuations.append(call)
         try:
             upstream = await self.forwarder.open(
-                self.request, route=self.route, data=data, decode=True, headers=headers
+                self.request, route=self.route, data=data, decode=True, headers=headers,
+                body=self._sent,
             )
         except UpstreamUnavailable as exc:
             call.status = 502

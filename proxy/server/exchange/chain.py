@@ -144,11 +144,13 @@ class Chain:
             with_beta(headers, beta)
         if prepared.changed:
             headers.popall("Content-Encoding", None)  # a re-serialised body is sent as identity
+        value = prepared.forwarded if prepared.forwarded is not None else ex.body
         before_upstream = time.perf_counter() - ex.started
         ex.sent_at, ex.sent = now_ms(), time.perf_counter()
         try:
             upstream = await self.forwarder.open(
-                ex.request, route=ex.route, data=prepared.body, decode=True, headers=headers
+                ex.request, route=ex.route, data=prepared.body, decode=True, headers=headers,
+                body=value,
             )
         except ProxyError as exc:  # the outcome of the stages is known, and reported
             if isinstance(exc, UpstreamUnavailable | UpstreamTimeout):
