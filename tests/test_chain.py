@@ -26,23 +26,11 @@ from proxy.server.exchange.stage import defines
 from proxy.server.ledger import LEDGER
 from proxy.store.usage import UsageQuery
 from tests.harness import LoopThread, ProxyServer
+from tests.test_retrieval import BIG, CUT, MESSAGES, TOOLS  # the view the retrieval tests cut
 from tests.upstream import FakeUpstream, Reply, Stream, message_json, message_stream_events
 
 KEY = "sk-ant-chain-test-1"
 SESSION = "chain-1"
-BIG = "\n".join(f"line {i}: " + "data " * 12 for i in range(400))
-TOOLS: list[dict[str, Any]] = [
-    {"name": "Bash", "description": "run a command", "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}
-]
-MESSAGES: list[dict[str, Any]] = [
-    {"role": "user", "content": "read the log"},
-    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_log1", "name": "Bash", "input": {"command": "cat log"}}]},
-    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_log1", "content": BIG}]},
-    {"role": "assistant", "content": "It is long."},
-    {"role": "user", "content": "what failed?"},
-]
-# compaction cuts the big tool result (its marker names an artifact): the tool is offered
-CUT = {"threshold": 3000, "hard_limit": 100_000, "tool_result_cap": 200}
 
 # THE list, as chain.py writes it; the hooks each stage defines
 ORDER = (

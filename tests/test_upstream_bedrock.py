@@ -7,6 +7,7 @@ streams in real event-stream frames, and enforces Bedrock's rules on betas and t
 
 from __future__ import annotations
 
+import gzip
 import json
 import stat
 import sys
@@ -395,20 +396,23 @@ def test_a_retrieval_round_runs_against_bedrock_as_one_answer(
     assert all(s.path.endswith("/invoke-with-response-stream" if stream else "/invoke") for s in bedrock.seen)
 
 
-def test_a_gzipped_request_body_reaches_bedrock_as_json(
-    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
-) -> None:
-    import gzip
-
-    proxy = bedrock_proxy(make_proxy, bedrock)
-    body = {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "zipped"}]}
+def _post_gzipped(proxy: ProxyServer, text: str) -> int:
+    """A one-message request sent gzipped (as a client may), outside the SDK; its status."""
+    body = {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": text}]}
     request = urllib.request.Request(
         f"{proxy.url}/v1/messages", data=gzip.compress(json.dumps(body).encode()), method="POST",
         headers={"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01",
                  "content-type": "application/json", "content-encoding": "gzip"},
     )
     with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
+        return response.status  # type: ignore[no-any-return]
+
+
+def test_a_gzipped_request_body_reaches_bedrock_as_json(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    proxy = bedrock_proxy(make_proxy, bedrock)
+    assert _post_gzipped(proxy, "zipped") == 200
     assert bedrock.seen[0].body["messages"] == [{"role": "user", "content": "zipped"}]
     assert "Content-Encoding" not in bedrock.seen[0].headers
 
@@ -471,8 +475,6 @@ def test_the_platform_encodes_the_parsed_body_and_never_parses_the_forwarded_byt
 ) -> None:
     """The chain parsed the body (and may have changed it): the platform encodes that value for
     Bedrock; it never parses the bytes it is handed again (nor inflates a gzipped body)."""
-    import gzip
-
     from proxy.server.upstream import platforms
 
     parsed: list[bytes] = []
@@ -485,14 +487,7 @@ def test_the_platform_encodes_the_parsed_body_and_never_parses_the_forwarded_byt
     monkeypatch.setattr(platforms, "_json_of", counting)
     proxy = bedrock_proxy(make_proxy, bedrock)
     client(proxy).messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "plain"}])
-    body = {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "zipped"}]}
-    request = urllib.request.Request(
-        f"{proxy.url}/v1/messages", data=gzip.compress(json.dumps(body).encode()), method="POST",
-        headers={"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01",
-                 "content-type": "application/json", "content-encoding": "gzip"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
+    assert _post_gzipped(proxy, "zipped") == 200
     assert [s.body["messages"][0]["content"] for s in bedrock.seen] == ["plain", "zipped"]
     assert parsed == []
 

@@ -168,7 +168,7 @@ class Chain:
                 ex.answer = AnswerAccumulator(sse=sse)
             try:
                 if ex.relay is not None:
-                    ex.response, ex.outcome = await ex.relay.run(
+                    ex.response, ex.outcome = await ex.relay(
                         upstream, ex.headers, before_upstream, ex.feed
                     )
                 else:

@@ -9,10 +9,10 @@ a chain of stages".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import Token
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from aiohttp import web
 from multidict import CIMultiDict
@@ -41,17 +41,13 @@ from proxy.tenancy.tenants import Tenant
 Ended = Literal["answered", "refused", "upstream_failed", "client_gone", "failed"]
 
 
-class Relay(Protocol):
-    """A relay that takes over from the plain one (the retrieval loop): it writes the answer to
-    the client, feeding ``tap`` what it writes, and may call the provider again."""
-
-    async def run(
-        self,
-        upstream: UpstreamResponse,
-        extra_headers: Mapping[str, str],
-        on_prepared: float,
-        tap: Callable[[bytes], None],
-    ) -> tuple[web.StreamResponse, RelayOutcome]: ...
+# A relay that takes over from the plain one (the retrieval loop's ``run``): it writes the answer
+# to the client (the upstream's answer, the headers to add, the time spent before the call, the
+# tap to feed what it writes), and may call the provider again.
+Relay = Callable[
+    [UpstreamResponse, Mapping[str, str], float, Callable[[bytes], None]],
+    Awaitable[tuple[web.StreamResponse, RelayOutcome]],
+]
 
 
 @dataclass(slots=True, eq=False)

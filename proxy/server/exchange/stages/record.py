@@ -20,14 +20,11 @@ class Record(Stage):
         self.durable = durable
 
     async def request(self, ex: Exchange) -> None:
-        conversation = ex.conversation
-        if conversation is None:
-            return
-        tenant = ex.tenant
-        ex.turn = self.durable.record_request(
-            tenant.name, tenant.sources, conversation, ex.body["messages"]
-        )
-        ex.wants_answer = True
+        if ex.conversation is not None:
+            tenant = ex.tenant
+            messages = ex.body["messages"]
+            ex.turn = self.durable.record_request(tenant.name, tenant.sources, ex.conversation, messages)
+            ex.wants_answer = True
 
     def end(self, ex: Exchange) -> None:
         turn, answer = ex.turn, ex.answer

@@ -44,5 +44,5 @@ class Retrieve(Stage):
             settled=functools.partial(self.durable.settled, tenant.name, conversation),
             shared=ex.shared,
         )
-        ex.relay = loop
+        ex.relay = loop.run
         ex.rounds = loop.hidden
