@@ -64,6 +64,7 @@ def messages_chain(app: web.Application) -> Chain:
         forwarder,
     )
 
+
 Hook = Callable[[Exchange], Awaitable[None]]
 EndHook = Callable[[Exchange], None]
 
@@ -98,9 +99,6 @@ class Chain:
             "messages": _Route(self.stages),
             "count_tokens": _Route([s for s in self.stages if s.count_tokens]),
         }
-
-    def stages_for(self, route: str) -> tuple[Stage, ...]:
-        return self._routes[route].stages
 
     async def run(self, ex: Exchange) -> web.StreamResponse:
         """Take ``ex`` through the stages; the client's response (written by the relay)."""

@@ -23,9 +23,7 @@ class Book(Stage):
         self.recorder = recorder
 
     async def request(self, ex: Exchange) -> None:
-        conversation = ex.conversation
-        session = conversation.session if conversation is not None else None
-        agent = conversation.agent or None if conversation is not None else None
+        session, agent = _whose(ex)
         ex.calls = CALL_CONTEXT.set(
             CallContext(ex.tenant.name, session, self.recorder, agent, ex.ticket)
         )
@@ -39,17 +37,11 @@ class Book(Stage):
         ticket = ex.ticket
         if self.recorder is None and ticket is None:
             return
-        conversation = ex.conversation
         assert ex.prepared is not None
+        session, agent = _whose(ex)
         call = ClientCall(
-            self.recorder,
-            ex.tenant.name,
-            conversation.session if conversation is not None else None,
-            ex.body,
-            ex.prepared.headers,
-            agent=conversation.agent or None if conversation is not None else None,
-            quota=ticket,
-            sent=(ex.sent_at, ex.sent),
+            self.recorder, ex.tenant.name, session, ex.body, ex.prepared.headers,
+            agent=agent, quota=ticket, sent=(ex.sent_at, ex.sent),
         )
         upstream, usage = ex.upstream, ex.usage
         if upstream is None or usage is None:
@@ -65,3 +57,11 @@ class Book(Stage):
             )
         else:
             call.record(upstream.status, usage.usage, request_id, notes=usage.notes)
+
+
+def _whose(ex: Exchange) -> tuple[str | None, str | None]:
+    """The session and agent the request's calls are booked to (``None``: none)."""
+    conversation = ex.conversation
+    if conversation is None:
+        return None, None
+    return conversation.session, conversation.agent or None
