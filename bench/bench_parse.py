@@ -95,7 +95,7 @@ def _worker(
     from proxy.core.nesting import nesting_violation
     from proxy.core.protocol import scan_messages
     from proxy.core.reparse import BodyMemo
-    from proxy.server.messages import CHECKPOINTS_KEPT, parse_messages_body
+    from proxy.server.exchange.stages.validate import CHECKPOINTS_KEPT, parse_messages_body
 
     assert Path(proxy.__file__).resolve().is_relative_to(Path(root).resolve()), proxy.__file__
     members_arg = len(inspect.signature(nesting_violation).parameters) >= 3

@@ -11,7 +11,7 @@ import pytest
 
 from proxy.config.schema import ConfigError
 from proxy.config.settings import parse_config
-from proxy.server.messages import BODIES
+from proxy.server.exchange.stages.validate import BODIES
 from tests.upstream import FakeUpstream
 
 KEY = "sk-ant-memo-config-test-000111"

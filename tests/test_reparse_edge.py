@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from proxy.core.reparse import BodyMemo
-from proxy.server.messages import BODIES
+from proxy.server.exchange.stages.validate import BODIES
 from tests.harness import ProxyServer
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 

@@ -341,6 +341,31 @@ def test_a_failed_continuation(upstream: FakeUpstream, make_proxy: Any, stream: 
         assert info.value.status_code == 529
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_an_error_answer_to_a_view_that_offers_the_tool_is_relayed_as_it_came(
+    upstream: FakeUpstream, make_proxy: Any, stream: bool
+) -> None:
+    """The provider refuses the first call (429): no round of ours, the client gets the
+    provider's status, headers and bytes exactly, with the proxy's report beside them."""
+    proxy = _proxy(make_proxy)
+    refused = b'{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit"},"request_id":"req_up_1"}'
+    upstream.script(Reply(refused, status=429, headers={"retry-after": "7"}))
+    body = {"model": "m", "max_tokens": 100, "messages": MESSAGES, "tools": TOOLS, **({"stream": True} if stream else {})}
+    r = httpx.post(
+        f"{proxy.url}/v1/messages",
+        content=orjson.dumps(body),
+        headers={"x-api-key": KEY, "x-session-id": SESSION, "content-type": "application/json", "anthropic-version": "2023-06-01"},
+        timeout=30,
+    )
+    assert r.status_code == 429
+    assert r.content == refused
+    assert r.headers["retry-after"] == "7" and r.headers["content-type"] == "application/json"
+    assert "truncate" in r.headers["x-compaction-layers"]
+    assert "x-compaction-retrievals" not in r.headers  # no hidden round was possible
+    assert len(_messages_requests(upstream)) == 1
+    assert _messages_requests(upstream)[0].json()["tools"][-1]["name"] == TOOL_NAME  # it was offered
+
+
 def test_pings_flow_while_a_hidden_round_waits(upstream: FakeUpstream, make_proxy: Any) -> None:
     proxy = _proxy(make_proxy, ping_seconds=0.05)
     first = _round([_text("Reading."), _call()], "tool_use", 1, 1)

@@ -7,6 +7,7 @@ streams in real event-stream frames, and enforces Bedrock's rules on betas and t
 
 from __future__ import annotations
 
+import gzip
 import json
 import stat
 import sys
@@ -395,20 +396,23 @@ def test_a_retrieval_round_runs_against_bedrock_as_one_answer(
     assert all(s.path.endswith("/invoke-with-response-stream" if stream else "/invoke") for s in bedrock.seen)
 
 
-def test_a_gzipped_request_body_reaches_bedrock_as_json(
-    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
-) -> None:
-    import gzip
-
-    proxy = bedrock_proxy(make_proxy, bedrock)
-    body = {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": "zipped"}]}
+def _post_gzipped(proxy: ProxyServer, text: str) -> int:
+    """A one-message request sent gzipped (as a client may), outside the SDK; its status."""
+    body = {"model": MODEL, "max_tokens": 10, "messages": [{"role": "user", "content": text}]}
     request = urllib.request.Request(
         f"{proxy.url}/v1/messages", data=gzip.compress(json.dumps(body).encode()), method="POST",
         headers={"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01",
                  "content-type": "application/json", "content-encoding": "gzip"},
     )
     with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
+        return response.status  # type: ignore[no-any-return]
+
+
+def test_a_gzipped_request_body_reaches_bedrock_as_json(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    proxy = bedrock_proxy(make_proxy, bedrock)
+    assert _post_gzipped(proxy, "zipped") == 200
     assert bedrock.seen[0].body["messages"] == [{"role": "user", "content": "zipped"}]
     assert "Content-Encoding" not in bedrock.seen[0].headers
 
@@ -461,3 +465,68 @@ def test_the_threshold_compaction_beta_is_carried_to_bedrock_with_its_edit(
     assert body["anthropic_beta"] == ["context-management-2025-06-27", "compact-2026-01-12"]
     assert body["context_management"] == edits
     assert "x-upstream-betas-dropped" not in response.headers
+
+
+# -- the request path hands the platform what it already has (issue 27 review) -----------------
+
+
+def test_the_platform_encodes_the_parsed_body_and_never_parses_the_forwarded_bytes(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chain parsed the body (and may have changed it): the platform encodes that value for
+    Bedrock; it never parses the bytes it is handed again (nor inflates a gzipped body)."""
+    from proxy.server.upstream import platforms
+
+    parsed: list[bytes] = []
+    original = platforms._json_of
+
+    def counting(raw: bytes, encoding: str | None) -> Any:
+        parsed.append(raw)
+        return original(raw, encoding)
+
+    monkeypatch.setattr(platforms, "_json_of", counting)
+    proxy = bedrock_proxy(make_proxy, bedrock)
+    client(proxy).messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "plain"}])
+    assert _post_gzipped(proxy, "zipped") == 200
+    assert [s.body["messages"][0]["content"] for s in bedrock.seen] == ["plain", "zipped"]
+    assert parsed == []
+
+
+def test_the_tenants_platform_is_looked_up_once_per_request(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from proxy.server.appkeys import PLATFORMS
+
+    proxy = bedrock_proxy(make_proxy, bedrock)
+    table = proxy.app[PLATFORMS]
+    looked_up: list[Any] = []
+    original = table.get
+
+    def counting(target: Any) -> Any:
+        looked_up.append(target)
+        return original(target)
+
+    monkeypatch.setattr(table, "get", counting)
+    client(proxy).messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert len(looked_up) == 1 and len(bedrock.seen) == 1
+
+
+def test_a_body_the_platform_refuses_before_sending_is_no_upstream_call_in_the_ledger(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory, loop_thread: Any
+) -> None:
+    """Bedrock needs a model: without one, the platform refuses the request before sending it
+    (a 400 of the proxy's own). Nothing reached the provider, so the ledger has no row for it
+    (the next, sent request has its row)."""
+    from proxy.server.appkeys import STORE
+    from proxy.server.ledger import LEDGER
+    from proxy.store.usage import UsageQuery
+
+    proxy = bedrock_proxy(make_proxy, bedrock)
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client(proxy).messages.create(max_tokens=10, messages=[{"role": "user", "content": "Hi"}], model="")
+    assert caught.value.body["error"]["message"] == "model: Field required"  # type: ignore[index]
+    client(proxy).messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    loop_thread.run(proxy.app[LEDGER].flush(), timeout=10)
+    rows = loop_thread.run(proxy.app[STORE].usage_rows("default", UsageQuery()))
+    assert [(r.entry.kind, r.entry.status, r.entry.model) for r in rows] == [("client", 200, MODEL)]
+    assert len(bedrock.seen) == 1

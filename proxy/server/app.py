@@ -51,13 +51,15 @@ from proxy.server.appkeys import (
 from proxy.server.compaction.service import CompactionService
 from proxy.server.compaction.thinking import ThinkingGuard
 from proxy.server.context.durable import DurableContext
+from proxy.server.exchange.chain import CHAIN, messages_chain
+from proxy.server.exchange.stages.validate import BODIES
 from proxy.server.formats.routes import FORMAT_PATHS, add_format_routes
 from proxy.server.http.listeners import LISTENERS, Listeners, listener_middleware
 from proxy.server.http.metrics import CONTENT_TYPE, new_metrics
 from proxy.server.http.readiness import StoreReadiness
 from proxy.server.ledger import LEDGER, LedgerRecorder
 from proxy.server.maintenance.retention import retention_ctx
-from proxy.server.messages import BODIES, handle_messages, route_of, upstream_headers
+from proxy.server.messages import handle_messages, route_of, upstream_headers
 from proxy.server.quota import QUOTA, QUOTA_TICKET, QuotaKeeper
 from proxy.server.relay.answer import ERROR_FORMATS, ErrorRenderer
 from proxy.server.relay.forward import Forwarder
@@ -242,7 +244,6 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         config.upstream.read_timeout,
         app[METRICS],
         draining=lambda: app[STATE].draining,
-        platform_of=_platform_of,
     )
     app[FORWARDER] = forwarder
     app[PLATFORMS] = Platforms(
@@ -262,6 +263,7 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[LEDGER] = LedgerRecorder(store, app[METRICS], config)
     app[LEDGER].start()
     app[QUOTA] = QuotaKeeper(store, app[LEDGER].prices, app[METRICS])
+    app[CHAIN] = messages_chain(app)  # the request path, once its services are all there
     try:
         yield
     finally:

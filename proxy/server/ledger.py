@@ -360,7 +360,10 @@ class ClientCall:
         *,
         agent: str | None = None,
         quota: Charged | None = None,
+        sent: tuple[tuple[str, int], float] | None = None,
     ) -> None:
+        """``sent``: when the call was sent, as ``now_ms()`` and ``time.perf_counter()`` (default:
+        now): the row's time and the start of its latency."""
         self._recorder = recorder
         self._quota = quota
         self._tenant = tenant
@@ -368,8 +371,7 @@ class ClientCall:
         self._agent = agent
         self._body = body
         self._report = report
-        self._started = now_ms()
-        self._t0 = time.perf_counter()
+        self._started, self._t0 = sent if sent is not None else (now_ms(), time.perf_counter())
 
     def record(
         self,
@@ -448,8 +450,8 @@ class ClientCall:
 
 
 class HiddenRound(Protocol):
-    """A retrieval continuation as :class:`proxy.server.context.retrieval.Continuation`
-    describes it."""
+    """A retrieval continuation as :class:`proxy.server.relay.rounds.Continuation` describes
+    it."""
 
     @property
     def sent_at(self) -> float: ...

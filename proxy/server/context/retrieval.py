@@ -1,8 +1,9 @@
 """The edge of the retrieval tool: answer the model's ``context_proxy_retrieve`` calls, call the
 provider again with the extended view, and give the client one answer.
 
-A request whose forwarded view offers the tool (``Prepared.view``) goes through
-:class:`RetrievalLoop` instead of the plain relay once the upstream answered 200. Per round:
+A request whose forwarded view offers the tool (``Prepared.view``) is relayed by
+:class:`RetrievalLoop` (the ``retrieve`` stage installs it; an answer other than a 200 goes
+through the plain relay, as it came). Per round:
 
 1. the upstream's answer is relayed as it arrives (streaming: spliced, see ``splice``; JSON:
    read whole first, a JSON answer is one write anyway);
@@ -32,7 +33,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -58,6 +58,7 @@ from proxy.server.http import spans
 from proxy.server.relay.answer import client_response
 from proxy.server.relay.call_span import start_call
 from proxy.server.relay.forward import Forwarder, RelayOutcome, response_headers_for_client
+from proxy.server.relay.rounds import Continuation, HiddenRounds
 from proxy.server.relay.splice import PING, Splice, split_events
 from proxy.server.relay.sse import EventSplitter
 from proxy.server.upstream.response import UpstreamResponse
@@ -140,22 +141,6 @@ def _shown(pointer: str) -> str:
 # --- the loop --------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Continuation:
-    """One hidden round's upstream call, for the usage ledger: its status (0 until it answered;
-    502/504 when it could not be had), when it was sent and when its round ended."""
-
-    sent_at: float  # time.time(), the ledger's row time
-    sent: float  # time.perf_counter()
-    ended: float | None = None
-    status: int = 0
-    span: spans.Span = spans.NO_SPAN  # its GenAI call span (ended by call_span.answered)
-
-    @property
-    def latency_ms(self) -> float:
-        return ((self.ended or time.perf_counter()) - self.sent) * 1000
-
-
 class _Failed(Exception):
     """A continuation could not be had: ``status``/``body`` from the provider, if it answered."""
 
@@ -211,23 +196,14 @@ class RetrievalLoop:
         self.route = route
         self.settled = settled  # waits for the conversation's transcript to be written so far
         self.added: list[dict[str, Any]] = []  # the hidden turns, appended to the view
-        self.records: list[dict[str, Any]] = []  # one per hidden round
-        # The hidden rounds' upstream calls and every round's own usage (round 0: the client's
-        # call), for the usage ledger: one row per upstream call.
-        self.continuations: list[Continuation] = []
+        # the hidden rounds' upstream calls, records and every round's own usage (round 0: the
+        # client's call): the ledger's rows, the traces' spans, the transcript's records
+        self.hidden = HiddenRounds()
         self._sent: dict[str, Any] = view  # the body of the latest call
-        self.round_starts: list[float] = []  # when each hidden round began (perf_counter)
-        self._usages: Callable[[], list[dict[str, Any]]] = list
 
     @property
     def rounds(self) -> int:
-        return len(self.records)
-
-    def annotate(self, message: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The recorded answer, with the hidden rounds it took."""
-        if message is None or not self.records:
-            return message
-        return {**message, "context_proxy_retrievals": self.records}
+        return self.hidden.count
 
     # -- answering our calls ---------------------------------------------------------------
 
@@ -264,7 +240,7 @@ class RetrievalLoop:
             logged.append(
                 {"pointer": _shown(call.pointer), "offset": call.offset, "status": status, "chars": chars}
             )
-        self.records.append({"round": self.rounds + 1, "calls": logged})
+        self.hidden.records.append({"round": self.rounds + 1, "calls": logged})
         log.info(
             "[retrieval] round %d: %s",
             self.rounds,
@@ -285,15 +261,17 @@ class RetrievalLoop:
         headers = CIMultiDict(self.headers)
         headers.popall("Content-Encoding", None)
         now = time.perf_counter()
-        if self.continuations:
-            self.continuations[-1].ended = now
+        continuations = self.hidden.continuations
+        if continuations:
+            continuations[-1].ended = now
         call = Continuation(time.time(), now, span=start_call(
             self._sent, self.route, "retrieval", self.forwarder.base_url
         ))
-        self.continuations.append(call)
+        continuations.append(call)
         try:
             upstream = await self.forwarder.open(
-                self.request, route=self.route, data=data, decode=True, headers=headers
+                self.request, route=self.route, data=data, decode=True, headers=headers,
+                body=self._sent,
             )
         except UpstreamUnavailable as exc:
             call.status = 502
@@ -317,19 +295,11 @@ class RetrievalLoop:
     ) -> UpstreamResponse:
         """One hidden round: our calls answered from verified sources, the provider called
         again with the view extended by them."""
-        self.round_starts.append(time.perf_counter())
+        self.hidden.starts.append(time.perf_counter())
         attributes = {"context_proxy.retrieval.round": self.rounds + 1, "context_proxy.retrieval.calls": len(calls)}
         with spans.span("context_proxy.retrieval.round", attributes):
             results = await self._answer(calls)
             return await self._continue(self._extend(assistant, results))
-
-    def round_usages(self) -> list[dict[str, Any]]:
-        """After :meth:`run`: each round's own usage as the provider reported it (message_start's
-        merged with the round's last message_delta), round 0 being the client's call; ``{}`` for
-        a round that reported none."""
-        if self.continuations and self.continuations[-1].ended is None:
-            self.continuations[-1].ended = time.perf_counter()
-        return self._usages()
 
     # -- running ----------------------------------------------------------------------------
 
@@ -340,7 +310,13 @@ class RetrievalLoop:
         on_prepared: float,
         tap: Callable[[bytes], None],
     ) -> tuple[web.StreamResponse, RelayOutcome]:
-        """Relay ``upstream`` (a 200) and any hidden rounds to the client as one answer."""
+        """Relay ``upstream`` and any hidden rounds to the client as one answer. An answer
+        other than a 200 carries no call of ours: it is relayed as it came (``Forwarder.relay``)."""
+        if upstream.status != 200:
+            return await self.forwarder.relay(
+                self.request, upstream, decoded=True, extra_headers=extra_headers,
+                on_prepared=on_prepared, route=self.route, tap=tap,
+            )
         is_sse = upstream.headers.get("Content-Type", "").startswith("text/event-stream")
         headers = response_headers_for_client(upstream.headers, decoded=True)
         headers.update(extra_headers)
@@ -411,7 +387,7 @@ class RetrievalLoop:
         current = first
         visible: list[Any] = []
         usages: list[dict[str, Any]] = []
-        self._usages = lambda: usages
+        self.hidden.read_usages(lambda: usages)
         hid_ours = False
         while True:
             content = [b for b in current.get("content") or () if isinstance(b, dict)]
@@ -463,7 +439,7 @@ class RetrievalLoop:
         )
         outcome = RelayOutcome(status=200, completed=False, is_sse=True)
         splice = Splice()
-        self._usages = splice.round_usages
+        self.hidden.read_usages(splice.round_usages)
         request_id = upstream.headers.get("request-id") or new_request_id()
 
         async def write(data: bytes) -> None:

@@ -13,17 +13,15 @@ session as ``gen_ai.conversation.id``. Without tracing every step is a no-op.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
 from proxy.core import genai
 from proxy.server.http import spans
+from proxy.server.relay.rounds import HiddenRounds
+from proxy.server.relay.usage import UsageTap
 from proxy.server.upstream.platforms import CURRENT
-
-if TYPE_CHECKING:
-    from proxy.server.context.retrieval import RetrievalLoop
-    from proxy.server.relay.usage import UsageTap
 
 # the operation each route's call performs (count_tokens is not one of the conventions' own)
 _OPERATIONS = {"messages": "chat", "count_tokens": "count_tokens", "summary": "chat"}
@@ -84,10 +82,10 @@ def end_call(
 
 
 def answered(
-    span: spans.Span, status: int, tap: UsageTap, retrieval: RetrievalLoop | None
+    span: spans.Span, status: int, tap: UsageTap, hidden: HiddenRounds | None
 ) -> None:
     """End the client call's span, and those of the hidden rounds' calls when there were any."""
-    rounds: Sequence[Any] = retrieval.continuations if retrieval is not None else ()
+    rounds = hidden.continuations if hidden is not None else ()
     if not rounds:
         usage = tap.usage
         if usage is None and tap.input_tokens is not None:  # a count_tokens answer
@@ -97,9 +95,9 @@ def answered(
             stop_reason=tap.stop_reason,
         )
         return
-    assert retrieval is not None
-    usages = retrieval.round_usages()
-    starts = retrieval.round_starts  # a call's answer was read when the next round began
+    assert hidden is not None
+    usages = hidden.usages()
+    starts = hidden.starts  # a call's answer was read when the next round began
     # every round but the last stopped to call the proxy's tool
     end_call(
         span, status, _usage(usages, 0), message_id=tap.message_id, model=tap.model,

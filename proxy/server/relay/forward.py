@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -29,7 +30,7 @@ from proxy.core.errors import (
 from proxy.server.http.metrics import Metrics
 from proxy.server.relay.answer import client_response
 from proxy.server.relay.sse import EventSplitter
-from proxy.server.upstream.platforms import UpstreamPlatform
+from proxy.server.upstream.platforms import CURRENT
 from proxy.server.upstream.response import UpstreamResponse
 
 log = logging.getLogger("context_proxy.forward")
@@ -147,11 +148,8 @@ class Forwarder:
         read_timeout: float,
         metrics: Metrics,
         draining: Callable[[], bool] = lambda: False,
-        platform_of: Callable[[web.Request], UpstreamPlatform | None] = lambda _request: None,
     ) -> None:
         self.session = session
-        # the request's tenant's Bedrock / Vertex upstream (None: the Anthropic API at base_url)
-        self.platform_of = platform_of
         self.draining = draining
         # Relays in progress, so that a shutdown past its grace period can end them cleanly.
         self.active: set[asyncio.Task[object]] = set()
@@ -178,15 +176,21 @@ class Forwarder:
         data: bytes | AsyncIterator[bytes] | None,
         decode: bool,
         headers: CIMultiDict[str],
+        body: Mapping[str, Any] | None = None,
     ) -> UpstreamResponse:
         """Send the request upstream and return once its response headers arrived: the Anthropic
-        API's answer, or a Bedrock / Vertex one presented in its form (``proxy.server.upstream``)."""
+        API's answer, or a Bedrock / Vertex one presented in its form (``proxy.server.upstream``).
+        ``body``: what ``data`` holds, already parsed (a Messages call): a platform encodes it
+        instead of parsing ``data`` again. The platform is the request's tenant's, as the auth
+        middleware found it (``CURRENT``; ``None``: the Anthropic API at the base URL)."""
         started = time.perf_counter()
-        platform = self.platform_of(request)
+        platform = CURRENT.get()
         response: UpstreamResponse
         with upstream_errors(self.metrics):
             if platform is not None:
-                response = await platform.open(request, route=route, data=data, headers=headers)
+                response = await platform.open(
+                    request, route=route, data=data, headers=headers, body=body
+                )
             else:
                 response = await self.session.request(
                     request.method,

@@ -2,12 +2,14 @@
 
 :class:`Platforms` holds one :class:`BedrockUpstream` / :class:`VertexUpstream` per distinct
 tenant target (``upstream:`` in the config or a policy), made at first use and kept (their
-credentials and tokens are reused). ``Forwarder.open`` asks it for the request's tenant; the
-Anthropic platform is ``None`` there and takes the usual path.
+credentials and tokens are reused). The auth middleware asks it once per request, for the
+request's tenant, and sets :data:`CURRENT`, which ``Forwarder.open`` reads; the Anthropic
+platform is ``None`` there and takes the usual path.
 
 Each platform:
 
-1. reads the Messages body the handler forwards (bytes, decoded when the client gzipped it),
+1. takes the Messages body the handler forwards as the value it parsed (never parsing the bytes
+   again; a caller without one hands bytes, decoded when the client gzipped them),
 2. bridges its betas (:mod:`proxy.formats.bridging`: unsupported betas dropped with their body
    fields, reported in ``x-upstream-betas-dropped`` / ``x-upstream-fields-dropped``),
 3. encodes it for the platform (:mod:`proxy.formats.bedrock_upstream`, :mod:`proxy.formats.vertex_upstream`), with the
@@ -88,14 +90,18 @@ class UpstreamPlatform:
         route: str,
         data: bytes | AsyncIterator[bytes] | None,
         headers: CIMultiDict[str],
+        body: Mapping[str, Any] | None = None,
     ) -> UpstreamResponse:
+        """A call the forwarder hands over: a Messages call is encoded from ``body`` (what
+        ``data`` holds, parsed: the handler parsed it already), read from ``data`` only without
+        it; ``/v1/models`` is answered here (``other_route``)."""
         if route not in ("messages", "count_tokens"):
             return self.other_route(request)
-        raw = data if isinstance(data, bytes) else b"".join([c async for c in data or _empty()])
+        if body is None:
+            raw = data if isinstance(data, bytes) else b"".join([c async for c in data or _empty()])
+            body = _json_of(raw, headers.get("Content-Encoding"))
         return await self.call(
-            _json_of(raw, headers.get("Content-Encoding")),
-            headers.getall("anthropic-beta", []),
-            count_tokens=route == "count_tokens",
+            body, headers.getall("anthropic-beta", []), count_tokens=route == "count_tokens"
         )
 
     async def call(

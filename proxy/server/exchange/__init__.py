@@ -1,0 +1,1 @@
+"""The request path as a chain of stages over one exchange (``chain.py`` holds the list)."""
