@@ -51,8 +51,7 @@ from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import SourceResolver
 from proxy.sources.transcript_files import ExportMarks, StoredRecord, export_session
 from proxy.sources.transcript_records import record_bytes
-from proxy.store.base import Prefix, Store, StoreError, TranscriptEvent
-from proxy.store.transcript_keys import KeyedEvent, Recorded
+from proxy.store.base import KeyedEvent, Prefix, Recorded, Store, StoreError, TranscriptEvent
 
 log = logging.getLogger("context_proxy.durable")
 
