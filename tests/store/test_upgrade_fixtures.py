@@ -112,3 +112,65 @@ async def test_a_postgres_store_of_an_earlier_release_reads_back_every_row(relea
             return await postgres_rows(url)
 
         await _check(url, rows, before)
+
+
+# -- the schema a new store gets is the schema an upgraded one has -----------------------------
+
+
+def _sqlite_schema(path: str) -> list[tuple[str, str, str]]:
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute(
+            "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name"
+        ).fetchall()
+    finally:
+        conn.close()
+    return [(t, n, " ".join((s or "").replace("(", " ( ").replace(")", " ) ").split())) for t, n, s in rows]
+
+
+async def _postgres_schema(url: str) -> list[tuple[Any, ...]]:
+    conn = await asyncpg.connect(url)
+    try:
+        columns = await conn.fetch(
+            "SELECT table_name, column_name, data_type, collation_name, is_nullable, column_default,"
+            " is_identity FROM information_schema.columns WHERE table_schema = current_schema()"
+            " ORDER BY table_name, column_name"
+        )
+        constraints = await conn.fetch(
+            "SELECT c.conrelid::regclass::text, c.conname, pg_get_constraintdef(c.oid)"
+            " FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace"
+            " WHERE n.nspname = current_schema() ORDER BY 1, 2"
+        )
+        indexes = await conn.fetch(
+            "SELECT tablename, indexname, replace(indexdef, current_schema() || '.', '')"
+            " FROM pg_indexes WHERE schemaname = current_schema() ORDER BY 1, 2"
+        )
+    finally:
+        await conn.close()
+    return [tuple(r) for r in (*columns, *constraints, *indexes)]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+async def test_a_new_sqlite_store_has_the_schema_of_an_upgraded_one(release: str, tmp_path: Path) -> None:
+    upgraded = tmp_path / "upgraded.db"
+    shutil.copyfile(FIXTURES / f"{release}.db", upgraded)
+    await (await open_store(f"sqlite:///{upgraded}")).close()
+    fresh = tmp_path / "fresh.db"
+    await (await open_store(f"sqlite:///{fresh}")).close()
+    assert _sqlite_schema(str(fresh)) == _sqlite_schema(str(upgraded))
+
+
+@pytest.mark.parametrize("release", RELEASES)
+async def test_a_new_postgres_store_has_the_schema_of_an_upgraded_one(release: str) -> None:
+    with fresh_schema() as upgraded, fresh_schema() as fresh:
+        schema = dict(parse_qsl(urlsplit(upgraded).query))["search_path"]
+        conn = await asyncpg.connect(upgraded)
+        try:
+            await conn.execute(restore_statements((FIXTURES / f"{release}.pg.sql").read_text(), schema))
+        finally:
+            await conn.close()
+        for url in (upgraded, fresh):
+            await (await open_store(url)).close()
+        assert await _postgres_schema(fresh) == await _postgres_schema(upgraded)
