@@ -19,8 +19,10 @@ the proxy asks of its store, awaited in order:
 
 Each target runs in a process of its own (its own SQLite file, or its own PostgreSQL schema),
 started once; every pass is a new session, replayed in blocks of ``--block`` turns: each block is
-sent to the targets one after the other, in an order that rotates every block, so they share the
-machine's noise (disk flushes above all: every write commits with ``synchronous = FULL``). A
+sent to the targets one after the other, in an order shuffled every block (a seeded shuffle, not a
+rotation: a rotation would always put the same target after the same one, which then pays for
+its disk flushes), so they share the machine's noise (disk flushes above all: every write commits
+with ``synchronous = FULL``). A
 warm-up pass is not counted. Printed: p50 and p99 of each step in ms, and turns per second (the
 turns over the time the target spent on them).
 """
@@ -31,6 +33,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import secrets
 import subprocess
 import sys
@@ -187,11 +190,11 @@ def main() -> None:
     results: dict[tuple[str, str], list[dict[str, Any]]] = {key: [] for key in workers}
     keys = list(workers)
     try:
-        rotation = 0
+        shuffle = random.Random(20261206).shuffle
         for n in range(args.passes + 1):  # pass 0: warm-up
             for first in range(0, turns, args.block):
-                rotation += 1
-                order = keys[rotation % len(keys) :] + keys[: rotation % len(keys)]
+                order = list(keys)
+                shuffle(order)
                 for key in order:
                     proc = workers[key]
                     assert proc.stdin is not None and proc.stdout is not None
