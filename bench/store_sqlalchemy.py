@@ -157,7 +157,8 @@ class SQLAlchemyStore:
             index_elements=["tenant", "scope", "metric", "window_start_ms"],
             set_={"value": counters.c.value + stmt.excluded.value},
         ).returning(counters.c.scope, counters.c.metric, counters.c.window_start_ms, counters.c.value)
-        async with self.counters.begin() as conn:
+        # one autocommitted statement, as proxy/store's (no BEGIN / COMMIT around it)
+        async with self.counters.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
             found = (await conn.execute(stmt)).all()
         return {(str(r[0]), str(r[1]), int(r[2])): int(r[3]) for r in found}
 
