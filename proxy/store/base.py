@@ -182,7 +182,7 @@ class Store(Protocol):
         parent: str = "",
     ) -> Recorded:
         """Append, atomically and in order, the events whose key the conversation does not
-        hold yet (``proxy.store.transcript_keys``), and record ``prefix`` as its prefix. An
+        hold yet (``proxy.store.transcripts``), and record ``prefix`` as its prefix. An
         ``agent``'s conversation is noted in the session's agents (``parent``: the agent that
         spawned it, ``""`` the main conversation; the first one recorded stands)."""
         ...

@@ -1,11 +1,10 @@
-"""The usage ledger in the store: one row per upstream call, per tenant (the table:
-:mod:`proxy.store.usage_schema`).
+"""The usage family: the ledger in the store, one row per upstream call, per tenant (the table:
+migrations 5 and 9 of :mod:`proxy.store.schema`).
 
-The same SQL serves both backends (``proxy.store.sql``).
-Rows keep the billed usage figures in columns (and the provider's whole ``usage`` object as
-JSON), the provider's compaction share and notes, the
-time twice (``at``: ISO 8601 text as shown; ``at_ms``: epoch milliseconds, for ranges and
-buckets). Aggregates are computed in SQL as the additive :class:`proxy.core.ledger.Sums` per
+The same SQL serves both backends (``proxy.store.sql``). Rows keep the billed usage figures in
+columns (and the provider's whole ``usage`` object as JSON), the provider's compaction share and
+notes, the time twice (``at``: ISO 8601 text as shown; ``at_ms``: epoch milliseconds, for ranges
+and buckets). Aggregates are computed in SQL as the additive :class:`proxy.core.ledger.Sums` per
 model (and per time bucket or session); pricing them is the core's job.
 
 ``id`` is assigned by the store and increases; it is the paging cursor. On PostgreSQL two
