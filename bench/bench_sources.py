@@ -33,10 +33,9 @@ sys.path.insert(0, str(ROOT))
 
 from proxy.sources.checks import SourceChecks  # noqa: E402
 from proxy.sources.manifests import SigningKeys  # noqa: E402
-from proxy.sources.object_store import ObjectStoreSettings  # noqa: E402
+from proxy.sources.object_store import Credentials, ObjectStoreSettings  # noqa: E402
 from proxy.sources.policy import SourcePolicy  # noqa: E402
 from proxy.sources.resolver import SourceResolver  # noqa: E402
-from proxy.sources.sigv4 import Credentials  # noqa: E402
 from proxy.store import open_store  # noqa: E402
 from tests.s3_server import BUCKET, REGION, start_s3_server  # noqa: E402
 

@@ -1,4 +1,5 @@
-"""The ``context-proxy`` command: ``serve``, ``check-config``, ``replay``, ``admin``, ``demo-upstream``."""
+"""The ``context-proxy`` command: ``serve``, ``check-config``, ``migrate``, ``replay``, ``admin``,
+``demo-upstream``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from proxy.cli import admin as admin_cli
+from proxy.cli import migrate as migrate_cli
 from proxy.config.environment import (
     admin_tokens_from_env,
     config_path_from_env,
@@ -26,6 +28,7 @@ def _setup_logging(level: str, fmt: str = "text") -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from proxy.server.http.runner import serve
+    from proxy.store import SchemaTooNew
 
     if args.demo:
         return _serve_demo(args)
@@ -37,6 +40,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
+    too_new = migrate_cli.newer_schema(config.store_url)
+    if too_new is not None:  # before anything starts: one line, no traceback
+        print(migrate_cli.too_new_line(too_new), file=sys.stderr)
+        return 2
     _setup_logging(config.logging.level, config.logging.format)
     # The one-time console link goes to a terminal only: a redirected stderr is a log stream.
     terminal = sys.stderr if sys.stderr.isatty() else None
@@ -44,6 +51,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         asyncio.run(serve(config, terminal=terminal))
     except ConfigError as exc:  # invalid tenant policies: refuse to start
         print(exc, file=sys.stderr)
+        return 2
+    except SchemaTooNew as exc:  # migrated by a newer release since the check above
+        print(migrate_cli.too_new_line(exc), file=sys.stderr)
         return 2
     except OSError as exc:
         if exc.errno not in _LISTEN_ERRORS:
@@ -251,6 +261,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("path")
     check.set_defaults(func=_cmd_check_config)
+    migrate = sub.add_parser(
+        "migrate",
+        help="apply the store's pending schema migrations; --check: only list them",
+        description="Bring the store (store.url, else state_dir's SQLite file) to this release's "
+        "schema, as the proxy does at start, saying each migration and how long it took; with "
+        "--check, report the store's schema and the pending migrations without changing "
+        "anything (exit 1 when some are pending, 2 when the store is newer than this release).",
+    )
+    migrate_cli.configure(migrate)
+    migrate.set_defaults(func=migrate_cli.run)
     replay = sub.add_parser(
         "replay",
         help="show what the proxy would do to a recorded conversation, turn by turn (offline)",

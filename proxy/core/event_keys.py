@@ -1,7 +1,7 @@
 """The idempotency key of each transcript event: where it stands in its conversation. Pure.
 
 The recorder (``proxy.server.context.durable``) stores every message of a conversation, and every
-answer, exactly once under one of these keys (``proxy.store.transcript_keys``); compaction names the
+answer, exactly once under one of these keys (``proxy.store.transcripts``); compaction names the
 events it removed by looking their keys up (``proxy.core.compaction.pipeline``: ``NeedsNaming``).
 Both compute them from the same prefix hashes (``proxy.core.compaction.plan.prefix_hashes``:
 canonical JSON with the ``cache_control`` markers left out), so a key is the same on every

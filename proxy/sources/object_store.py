@@ -1,13 +1,19 @@
-"""A minimal S3 client on aiohttp: GET, HEAD and PUT of one object, signed with SigV4.
+"""A minimal S3 client on aiohttp: GET, HEAD and PUT of one object, signed by botocore (SigV4).
 
 Why not aiobotocore or obstore: the one property this backend must never lose is that **no
 redirect is ever followed** and no request (or credential) goes anywhere but the pinned endpoint.
-botocore ships an S3 region redirector (``S3RegionRedirectorv2``) that, on a 301/400 naming
-another region, re-signs and re-sends the request to another endpoint, and obstore (Rust
+botocore's S3 *client* ships a region redirector (``S3RegionRedirectorv2``) that, on a 301/400
+naming another region, re-signs and re-sends the request to another endpoint, and obstore (Rust
 ``object_store``) follows 3xx responses with a ``Location`` itself; both can be configured around,
-but only by relying on internals that change between releases. Three verbs on the proxy's own
-aiohttp, with ``allow_redirects=False``, are short enough to audit in full and are tested
-against a real S3 server (moto) and against a server that redirects to a foreign host.
+but only by relying on internals that change between releases. So the requests are sent by the
+proxy's own aiohttp, with ``allow_redirects=False``, and only the signature is botocore's: its
+``S3SigV4Auth`` signer (the one the S3 client uses; botocore also signs the Bedrock upstream's
+requests, ``proxy.server.upstream.credentials``), always over the real SHA-256 of the payload
+(never ``UNSIGNED-PAYLOAD``), with ``host`` and every ``x-amz-*`` header signed, so a signature
+cannot be replayed against another host or bucket. A payload larger than
+:data:`SIGN_IN_THREAD_BYTES` is hashed and signed in a thread, off the event loop. Three verbs
+are short enough to audit in full and are tested against a real S3 server (moto, checking
+signatures) and against a server that redirects to a foreign host.
 
 What a response means (:class:`Fetched.status`):
 
@@ -23,20 +29,22 @@ added as the total; no proxy from the environment (``trust_env=False``), no cook
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import aiohttp
+from botocore.auth import S3SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import ReadOnlyCredentials
 from yarl import URL
 
-from proxy.sources.sigv4 import EMPTY_SHA256, Credentials, sign
-
 __all__ = [
+    "SIGN_IN_THREAD_BYTES",
     "Addressing",
+    "Credentials",
     "Fetched",
     "ObjectStoreError",
     "ObjectStoreSettings",
@@ -55,6 +63,39 @@ _BUCKET_RE = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", re.ASCII)
 _REGION_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,31}", re.ASCII)
 _PREFIX_SEGMENT_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}", re.ASCII)
 _HOST_RE = re.compile(r"[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]", re.ASCII)
+# keys are built from the pointer grammar's characters and ``/``: no percent-encoding is needed
+_SAFE_PATH_RE = re.compile(r"/[A-Za-z0-9._~/-]*", re.ASCII)
+SIGN_IN_THREAD_BYTES = 256 << 10  # a payload this large is hashed and signed off the event loop
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """An access key pair (and session token); ``repr`` never shows the secret or the token."""
+
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+
+class _Signer(S3SigV4Auth):  # type: ignore[misc]
+    """botocore's S3 signer, always over the payload's real SHA-256."""
+
+    def _should_sha256_sign_payload(self, request: Any) -> bool:
+        return True
+
+
+def sign(
+    method: str, url: str, host: str, data: bytes, credentials: Credentials, region: str
+) -> dict[str, str]:
+    """The headers of a request signed by botocore for ``host`` (sent as given): ``host``,
+    ``X-Amz-Date``, ``X-Amz-Content-SHA256``, ``X-Amz-Security-Token`` (with a token) and
+    ``Authorization``."""
+    frozen = ReadOnlyCredentials(
+        credentials.access_key_id, credentials.secret_access_key, credentials.session_token
+    )
+    request = AWSRequest(method=method, url=url, data=data, headers={"host": host})
+    _Signer(frozen, "s3", region).add_auth(request)
+    return {name: str(value) for name, value in request.headers.items()}
 
 
 def check_bucket(value: str) -> str | None:
@@ -176,10 +217,9 @@ def _refusal(status: int) -> Fetched | None:
 class S3Client:
     """One aiohttp session for every tenant's store (connections are pooled per host)."""
 
-    def __init__(self, *, pool_size: int = 64, now: type[datetime] = datetime) -> None:
+    def __init__(self, *, pool_size: int = 64) -> None:
         self._session: aiohttp.ClientSession | None = None
         self._pool_size = pool_size
-        self._now = now
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -197,21 +237,17 @@ class S3Client:
             await self._session.close()
             self._session = None
 
-    def _headers(
-        self, settings: ObjectStoreSettings, method: str, key: str, payload_sha256: str
+    @staticmethod
+    async def _headers(
+        settings: ObjectStoreSettings, method: str, key: str, data: bytes = b""
     ) -> tuple[URL, dict[str, str]]:
         url, host, path = settings.url_for(key)
-        headers = sign(
-            method,
-            host,
-            path,
-            payload_sha256,
-            settings.credentials,
-            settings.region,
-            self._now.now(UTC),
-        )
-        headers["host"] = host
-        return url, headers
+        if _SAFE_PATH_RE.fullmatch(path) is None:
+            raise ValueError("a path of unreserved characters only")
+        args = (method, str(url), host, data, settings.credentials, settings.region)
+        if len(data) > SIGN_IN_THREAD_BYTES:
+            return url, await asyncio.to_thread(sign, *args)
+        return url, sign(*args)
 
     @staticmethod
     def _timeout(settings: ObjectStoreSettings) -> aiohttp.ClientTimeout:
@@ -223,7 +259,7 @@ class S3Client:
 
     async def get(self, settings: ObjectStoreSettings, key: str, *, head: bool = False) -> Fetched:
         method = "HEAD" if head else "GET"
-        url, headers = self._headers(settings, method, key, EMPTY_SHA256)
+        url, headers = await self._headers(settings, method, key)
         try:
             async with self._client().request(
                 method,
@@ -257,7 +293,7 @@ class S3Client:
 
     async def put(self, settings: ObjectStoreSettings, key: str, data: bytes) -> str | None:
         """Store ``data`` at ``key``; return its ETag. :class:`ObjectStoreError` if refused."""
-        url, headers = self._headers(settings, "PUT", key, hashlib.sha256(data).hexdigest())
+        url, headers = await self._headers(settings, "PUT", key, data)
         headers["content-type"] = "application/octet-stream"
         try:
             async with self._client().put(

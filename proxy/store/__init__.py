@@ -14,15 +14,20 @@ unavailable: SQLite's busy timeout, PostgreSQL's ``lock_timeout``.
 
 from __future__ import annotations
 
+import asyncio
+
 from proxy.store.base import (
     EMPTY_PREFIX,
     AppliedMigration,
     DuplicateEvent,
     HistoryEntry,
+    KeyedEvent,
     ManifestConflict,
     Prefix,
     PrefixConflict,
+    Recorded,
     RecordedEvent,
+    SchemaTooNew,
     Store,
     StoreBusy,
     StoredManifest,
@@ -31,6 +36,7 @@ from proxy.store.base import (
     SummaryClaim,
     TranscriptEvent,
 )
+from proxy.store.migrations import SchemaStatus
 from proxy.store.postgres import PostgresStore
 from proxy.store.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SQLiteStore
 
@@ -39,12 +45,16 @@ __all__ = [
     "AppliedMigration",
     "DuplicateEvent",
     "HistoryEntry",
+    "KeyedEvent",
     "ManifestConflict",
     "PostgresStore",
     "Prefix",
     "PrefixConflict",
+    "Recorded",
     "RecordedEvent",
     "SQLiteStore",
+    "SchemaStatus",
+    "SchemaTooNew",
     "Store",
     "StoreBusy",
     "StoreError",
@@ -53,6 +63,7 @@ __all__ = [
     "SummaryClaim",
     "TranscriptEvent",
     "open_store",
+    "schema_status",
     "sqlite_path",
 ]
 
@@ -73,12 +84,23 @@ async def open_store(url: str, *, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
     """Open the store at ``url``, creating and migrating it as needed.
 
     Raises ``ValueError`` for a URL this proxy cannot use (the message never repeats the URL: a
-    PostgreSQL URL may carry a password) and ``StoreUnavailable`` when the database cannot be
-    opened.
+    PostgreSQL URL may carry a password), ``StoreUnavailable`` when the database cannot be
+    opened, and ``SchemaTooNew`` when a newer release migrated it (nothing is changed then).
     """
     scheme = url.split(":", 1)[0]
     if scheme == "sqlite":
         return await SQLiteStore.open(sqlite_path(url), busy_timeout_ms=busy_timeout_ms)
     if scheme in ("postgresql", "postgres"):
         return await PostgresStore.open(url, lock_timeout_ms=busy_timeout_ms)
+    raise ValueError("expected a store URL: sqlite:///path/to/file.db or postgresql://...")
+
+
+async def schema_status(url: str) -> SchemaStatus:
+    """What the store at ``url`` records and what opening it would apply, without changing
+    anything (``context-proxy migrate --check``). Errors as :func:`open_store`'s."""
+    scheme = url.split(":", 1)[0]
+    if scheme == "sqlite":
+        return await asyncio.to_thread(SQLiteStore.status, sqlite_path(url))
+    if scheme in ("postgresql", "postgres"):
+        return await PostgresStore.status(url)
     raise ValueError("expected a store URL: sqlite:///path/to/file.db or postgresql://...")

@@ -3,14 +3,13 @@
 A session's durable state is the fold of its append-only history (``proxy.core.durable.apply``).
 Each backend keeps the fold of recently used sessions in a :class:`StateCache` and reads only
 the history rows after the last ``seq`` it folded. Rows are written and read the same way on
-SQLite and PostgreSQL: :func:`change_rows` and :func:`decode_change`.
+SQLite and PostgreSQL: :func:`change_rows` and :func:`decode_change` (``proxy.store.durable``).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
 
 import orjson
 
@@ -23,14 +22,9 @@ from proxy.core.durable import (
     change_to_json,
 )
 
-__all__ = ["StateCache", "change_rows", "decode_change", "now_iso"]
+__all__ = ["StateCache", "change_rows", "decode_change"]
 
 HistoryRow = tuple[int, str, ChangeEvent]  # seq, recorded_at, event
-
-
-def now_iso() -> str:
-    """The time a row is recorded at: ISO 8601, UTC, microseconds."""
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def decode_change(version: int, body: str | bytes) -> ChangeEvent:
@@ -61,7 +55,8 @@ def change_rows(
 
 class StateCache:
     """The folded state of the ``sessions`` most recently used sessions, with the last ``seq``
-    folded into each. Not locked: one thread (SQLite's worker) or one event loop (PostgreSQL)."""
+    folded into each. Not locked: its owner (``proxy.store.durable``) holds a lock around each
+    call (SQLite's two worker threads share it)."""
 
     def __init__(self, sessions: int = 512) -> None:
         self._sessions = sessions

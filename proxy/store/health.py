@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from proxy.core.durable import InvalidWrite
-from proxy.store.base import StoreBusy, StoreError, StoreUnavailable
+from proxy.store.errors import StoreBusy, StoreError, StoreUnavailable
 
 __all__ = ["INTERVAL_SECONDS", "KINDS", "Kind", "Outcomes", "StoreHealth", "describe"]
 

@@ -1,21 +1,27 @@
-"""Artifact manifest entries and the source-check audit trail, on either store backend.
+"""The sources family: signed artifact manifest entries and the source-check audit trail, on
+both backends (``artifact_manifests``, ``source_audit``: migration 6).
 
-Kept out of the two backend modules (their tables are migration 6, ``source_schema``): each
-function sends one small job through the backend's own runner (the SQLite worker thread, or a
-pooled PostgreSQL connection), so errors become ``StoreUnavailable`` exactly as elsewhere.
+``artifact_manifests``: one signed entry per (tenant, session, artifact name); a rewrite of the
+name replaces it (the signature covers every field, see ``proxy.sources.manifests``).
+``source_audit``: one row per source check, append-only, ``id`` increasing (the admin API's
+``after`` cursor); retention deletes by ``checked_at`` (:func:`delete_audit_before`).
+
+Not methods of the ``Store`` protocol: functions of a store, each one job through its write lane
+(``proxy.store.sql.Jobs``; reads too: after the audit batches queued before them), so errors
+become ``StoreUnavailable`` exactly as elsewhere.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from proxy.sources.manifests import ManifestEntry
-from proxy.store.base import Store, StoreError, check_keys
-from proxy.store.postgres import PostgresStore
-from proxy.store.sqlite import SQLiteStore
+from proxy.store.base import Store
+from proxy.store.checks import check_keys
+from proxy.store.errors import StoreError
+from proxy.store.sql import Jobs, Row, Tx
 
 __all__ = [
     "MAX_AUDIT_LIMIT",
@@ -76,8 +82,8 @@ class AuditQuery:
     limit: int = 100
 
 
-def _backend(store: Store) -> SQLiteStore | PostgresStore:
-    if isinstance(store, SQLiteStore | PostgresStore):
+def _jobs(store: Store) -> Jobs:
+    if isinstance(store, Jobs):
         return store
     raise StoreError("this store has no source records")
 
@@ -95,71 +101,44 @@ async def put_artifact_manifest(store: Store, entry: ManifestEntry) -> None:
     values = (
         entry.tenant, entry.session, entry.name, entry.size, entry.sha256, entry.written_at,
         entry.key_id, entry.signature,
-    )
-    update = (
-        " ON CONFLICT (tenant, session, name) DO UPDATE SET size = excluded.size,"
-        " sha256 = excluded.sha256, written_at = excluded.written_at,"
-        " key_id = excluded.key_id, signature = excluded.signature"
-    )
-    backend = _backend(store)
-    if isinstance(backend, SQLiteStore):
+    )  # fmt: skip
 
-        def job(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                f"INSERT INTO artifact_manifests ({_MANIFEST_COLUMNS})"
-                f" VALUES (?, ?, ?, ?, ?, ?, ?, ?){update}",
-                values,
-            )
-
-        await backend._run(job)
-        return
-
-    async def pg_job(conn: Any) -> None:
-        await conn.execute(
+    async def job(tx: Tx) -> None:
+        await tx.execute(
             f"INSERT INTO artifact_manifests ({_MANIFEST_COLUMNS})"
-            f" VALUES ($1, $2, $3, $4, $5, $6, $7, $8){update}",
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (tenant, session, name) DO UPDATE"
+            " SET size = excluded.size, sha256 = excluded.sha256,"
+            " written_at = excluded.written_at, key_id = excluded.key_id,"
+            " signature = excluded.signature",
             *values,
         )
 
-    await backend._run(pg_job)
+    await _jobs(store)._run(job)
 
 
-def _entry(row: Sequence[Any]) -> ManifestEntry:
+def _entry(row: Row) -> ManifestEntry:
     return ManifestEntry(
         str(row[0]), str(row[1]), str(row[2]), int(row[3]), str(row[4]), str(row[5]),
         str(row[6]), str(row[7]),
-    )
+    )  # fmt: skip
 
 
 async def get_artifact_manifest(
     store: Store, tenant: str, session: str, name: str
 ) -> ManifestEntry | None:
     check_keys(tenant, session)
-    where = "tenant = {} AND session = {} AND name = {}"
-    backend = _backend(store)
-    if isinstance(backend, SQLiteStore):
 
-        def job(conn: sqlite3.Connection) -> ManifestEntry | None:
-            row = conn.execute(
-                f"SELECT {_MANIFEST_COLUMNS} FROM artifact_manifests WHERE "
-                + where.format("?", "?", "?"),
-                (tenant, session, name),
-            ).fetchone()
-            return None if row is None else _entry(row)
-
-        return await backend._run(job)
-
-    async def pg_job(conn: Any) -> ManifestEntry | None:
-        row = await conn.fetchrow(
-            f"SELECT {_MANIFEST_COLUMNS} FROM artifact_manifests WHERE "
-            + where.format("$1", "$2", "$3"),
+    async def job(tx: Tx) -> ManifestEntry | None:
+        row = await tx.row(
+            f"SELECT {_MANIFEST_COLUMNS} FROM artifact_manifests"
+            " WHERE tenant = ? AND session = ? AND name = ?",
             tenant,
             session,
             name,
         )
-        return None if row is None else _entry(tuple(row.values()))
+        return None if row is None else _entry(row)
 
-    return await backend._run(pg_job)
+    return await _jobs(store)._run(job)
 
 
 # -- audit ----------------------------------------------------------------------------------------
@@ -170,7 +149,7 @@ def _audit_values(row: AuditRow) -> tuple[Any, ...]:
         row.tenant, _clean(row.session), _clean(row.pointer), row.status, row.digest,
         row.backend, _clean(row.detail), float(row.duration_ms), _clean(row.asked_by),
         row.checked_at,
-    )
+    )  # fmt: skip
 
 
 async def append_audit(store: Store, rows: Sequence[AuditRow]) -> None:
@@ -178,37 +157,18 @@ async def append_audit(store: Store, rows: Sequence[AuditRow]) -> None:
     if not rows:
         return
     values = [_audit_values(r) for r in rows]
-    backend = _backend(store)
-    if isinstance(backend, SQLiteStore):
 
-        def job(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.executemany(
-                    f"INSERT INTO source_audit ({_AUDIT_COLUMNS})"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    values,
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+    async def job(tx: Tx) -> None:
+        async with tx.transaction():
+            await tx.executemany(
+                f"INSERT INTO source_audit ({_AUDIT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                values,
+            )
 
-        await backend._run(job)
-        return
-
-    async def pg_job(conn: Any) -> None:
-        await conn.executemany(
-            f"INSERT INTO source_audit ({_AUDIT_COLUMNS})"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            values,
-        )
-
-    await backend._run(pg_job)
+    await _jobs(store)._run(job)
 
 
-def _audit_row(row: Sequence[Any]) -> AuditRow:
+def _audit_row(row: Row) -> AuditRow:
     return AuditRow(
         tenant=str(row[1]),
         session=str(row[2]),
@@ -228,7 +188,7 @@ async def list_audit(store: Store, query: AuditQuery) -> tuple[AuditRow, ...]:
     """The tenant's rows matching ``query``, oldest first (by id), at most ``query.limit``."""
     check_keys(query.tenant)
     limit = max(1, min(int(query.limit), MAX_AUDIT_LIMIT))
-    clauses = ["tenant = {}", "id > {}"]
+    clauses = ["tenant = ?", "id > ?"]
     args: list[Any] = [query.tenant, int(query.after)]
     for column, op, value in (
         ("session", "=", query.session),
@@ -237,26 +197,16 @@ async def list_audit(store: Store, query: AuditQuery) -> tuple[AuditRow, ...]:
         ("checked_at", "<", query.until),
     ):
         if value is not None:
-            clauses.append(f"{column} {op} {{}}")
+            clauses.append(f"{column} {op} ?")
             args.append(value)
-    sql = f"SELECT id, {_AUDIT_COLUMNS} FROM source_audit WHERE " + " AND ".join(clauses)
-    sql += " ORDER BY id LIMIT {}"
+    sql = f"SELECT id, {_AUDIT_COLUMNS} FROM source_audit WHERE {' AND '.join(clauses)}"
+    sql += " ORDER BY id LIMIT ?"
     args.append(limit)
-    backend = _backend(store)
-    if isinstance(backend, SQLiteStore):
-        sqlite_sql = sql.format(*(["?"] * len(args)))
 
-        def job(conn: sqlite3.Connection) -> tuple[AuditRow, ...]:
-            return tuple(_audit_row(r) for r in conn.execute(sqlite_sql, args).fetchall())
+    async def job(tx: Tx) -> tuple[AuditRow, ...]:
+        return tuple(_audit_row(r) for r in await tx.rows(sql, *args))
 
-        return await backend._run(job)
-    pg_sql = sql.format(*(f"${i + 1}" for i in range(len(args))))
-
-    async def pg_job(conn: Any) -> tuple[AuditRow, ...]:
-        rows = await conn.fetch(pg_sql, *args)
-        return tuple(_audit_row(tuple(r.values())) for r in rows)
-
-    return await backend._run(pg_job)
+    return await _jobs(store)._run(job)
 
 
 async def delete_audit_before(store: Store, cutoff: str) -> int:
@@ -264,16 +214,8 @@ async def delete_audit_before(store: Store, cutoff: str) -> int:
     format as ``checked_at``); return how many. The retention GC calls this."""
     if not isinstance(cutoff, str) or not cutoff:
         raise ValueError("cutoff must be an ISO 8601 timestamp")
-    backend = _backend(store)
-    if isinstance(backend, SQLiteStore):
 
-        def job(conn: sqlite3.Connection) -> int:
-            return conn.execute("DELETE FROM source_audit WHERE checked_at < ?", (cutoff,)).rowcount
+    async def job(tx: Tx) -> int:
+        return await tx.execute("DELETE FROM source_audit WHERE checked_at < ?", cutoff)
 
-        return await backend._run(job)
-
-    async def pg_job(conn: Any) -> int:
-        status = await conn.execute("DELETE FROM source_audit WHERE checked_at < $1", cutoff)
-        return int(str(status).rsplit(" ", 1)[-1])
-
-    return await backend._run(pg_job)
+    return await _jobs(store)._run(job)

@@ -1,11 +1,10 @@
-"""The usage ledger in the store: one row per upstream call, per tenant (the table:
-:mod:`proxy.store.usage_schema`).
+"""The usage family: the ledger in the store, one row per upstream call, per tenant (the table:
+migrations 5 and 9 of :mod:`proxy.store.schema`).
 
-The same SQL serves both backends (written with ``?`` placeholders; PostgreSQL gets ``$n``).
-Rows keep the billed usage figures in columns (and the provider's whole ``usage`` object as
-JSON), the provider's compaction share and notes, the
-time twice (``at``: ISO 8601 text as shown; ``at_ms``: epoch milliseconds, for ranges and
-buckets). Aggregates are computed in SQL as the additive :class:`proxy.core.ledger.Sums` per
+The same SQL serves both backends (``proxy.store.sql``). Rows keep the billed usage figures in
+columns (and the provider's whole ``usage`` object as JSON), the provider's compaction share and
+notes, the time twice (``at``: ISO 8601 text as shown; ``at_ms``: epoch milliseconds, for ranges
+and buckets). Aggregates are computed in SQL as the additive :class:`proxy.core.ledger.Sums` per
 model (and per time bucket or session); pricing them is the core's job.
 
 ``id`` is assigned by the store and increases; it is the paging cursor. On PostgreSQL two
@@ -16,35 +15,28 @@ moment can miss a row committed late; ranges by time are exact.
 from __future__ import annotations
 
 import functools
-import re
-import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal
 
 import orjson
 
 from proxy.core.durable import FieldError, InvalidWrite
 from proxy.core.ledger import KINDS, SUM_FIELDS, LedgerEntry, ProviderNotes, Sums, Usage
-from proxy.store.base import check_keys
-from proxy.store.usage_schema import COLUMNS, PG_STATEMENTS, SQLITE_STATEMENTS, USAGE_MIGRATION
+from proxy.store.checks import check_keys, storable
+from proxy.store.schema import LEDGER_COLUMNS as COLUMNS
+from proxy.store.sql import Jobs, Row, Tx
 
 __all__ = [
     "MAX_USAGE_LIMIT",
-    "PG_STATEMENTS",
-    "SQLITE_STATEMENTS",
-    "USAGE_MIGRATION",
-    "PostgresUsage",
-    "SQLiteUsage",
+    "LedgerFamily",
     "UsageGroup",
     "UsageQuery",
     "UsageRow",
     "check_entry",
     "cutoff_ms",
 ]
-
-T = TypeVar("T")
 
 MAX_USAGE_LIMIT = 1000
 # rows of an aggregate answer (buckets x models, sessions x models); one more is returned when
@@ -210,9 +202,7 @@ def check_entry(e: object, name: str = "entry") -> list[FieldError]:
         value = getattr(e, field_name)
         if value is not None and (not isinstance(value, str) or len(value) > _MAX_TEXT):
             errors.append(FieldError(f"{name}.{field_name}", "expected short text"))
-        elif isinstance(value, str) and (
-            "\x00" in value or not (value.isascii() or _encodable(value))
-        ):
+        elif isinstance(value, str) and not storable(value):
             errors.append(FieldError(f"{name}.{field_name}", "contains a NUL or invalid Unicode"))
     return errors
 
@@ -225,14 +215,6 @@ def _key_problems(tenant: object, session: object | None) -> tuple[FieldError, .
     except InvalidWrite as exc:
         return tuple(exc.errors)
     return ()
-
-
-def _encodable(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 _USAGE_COLUMNS = (
@@ -290,7 +272,7 @@ def _usage(values: dict[str, Any], columns: tuple[str, ...]) -> Usage | None:
     return None if all(f is None for f in figures) else Usage(*figures)
 
 
-def _decode(row: Sequence[Any]) -> UsageRow:
+def _decode(row: Row) -> UsageRow:
     """A stored row. Its figures are the columns (what the sums add up): the billed ones, or, in a
     row written before migration 9, the top-level ones the ledger billed then."""
     values = dict(zip(("id", *COLUMNS), row, strict=True))
@@ -375,7 +357,7 @@ def _groups_sql(
     return sql, [*key_params, *params]
 
 
-def _group(row: Sequence[Any]) -> UsageGroup:
+def _group(row: Row) -> UsageGroup:
     key, model, first, last, *sums = row
     values: dict[str, Any] = {
         name: float(v) if name.startswith("removed_") else int(v)
@@ -400,15 +382,8 @@ def _checked_query(tenant: str, q: UsageQuery) -> None:
         raise InvalidWrite([FieldError("query", "expected a usage query")])
 
 
-# -- SQLite ---------------------------------------------------------------------------------------
-
-
-class SQLiteUsage:
-    """The ledger methods of :class:`proxy.store.sqlite.SQLiteStore`."""
-
-    if TYPE_CHECKING:
-
-        async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+class LedgerFamily(Jobs):
+    """``record_usage``, ``usage_rows``, ``usage_groups``, ``delete_usage_before``."""
 
     async def record_usage(self, entries: Sequence[LedgerEntry]) -> None:
         """Append ledger rows (any tenants), all or nothing; ``InvalidWrite`` names bad ones."""
@@ -416,24 +391,21 @@ class SQLiteUsage:
         if not rows:
             return
 
-        def job(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.executemany(_INSERT, rows)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        async def job(tx: Tx) -> None:
+            async with tx.transaction():
+                await tx.executemany(_INSERT, rows)
 
         await self._run(job)
 
     async def usage_rows(self, tenant: str, query: UsageQuery) -> tuple[UsageRow, ...]:
         _checked_query(tenant, query)
         sql, params = _rows_sql(tenant, query)
-        return await self._run(
-            lambda conn: tuple(_decode(r) for r in conn.execute(sql, params).fetchall())
-        )
+
+        async def job(tx: Tx) -> tuple[UsageRow, ...]:
+            return tuple(_decode(r) for r in await tx.rows(sql, *params))
+
+        # the write lane: after the ledger batches queued before (a flush, then a read)
+        return await self._run(job)
 
     async def usage_groups(
         self,
@@ -444,9 +416,11 @@ class SQLiteUsage:
     ) -> tuple[UsageGroup, ...]:
         _checked_query(tenant, query)
         sql, params = _groups_sql(tenant, query, by, bucket_ms)
-        return await self._run(
-            lambda conn: tuple(_group(r) for r in conn.execute(sql, params).fetchall())
-        )
+
+        async def job(tx: Tx) -> tuple[UsageGroup, ...]:
+            return tuple(_group(r) for r in await tx.rows(sql, *params))
+
+        return await self._run(job)
 
     async def delete_usage_before(
         self, tenant: str | None, cutoff: datetime | str | float
@@ -458,88 +432,12 @@ class SQLiteUsage:
         ms = cutoff_ms(cutoff)
         sql = _delete_sql(tenant)
         params = (tenant, ms) if tenant is not None else (ms,)
+
+        async def job(tx: Tx) -> int:
+            return await tx.execute(sql, *params)
+
         total = 0
         while True:
-
-            def job(conn: sqlite3.Connection) -> int:
-                return conn.execute(sql, params).rowcount
-
-            deleted = await self._run(job)
-            total += deleted
-            if deleted < DELETE_CHUNK:
-                return total
-
-
-# -- PostgreSQL -----------------------------------------------------------------------------------
-
-_PLACEHOLDER = re.compile(r"\?")
-
-
-def _pg(sql: str) -> str:
-    counter = iter(range(1, 10_000))
-    return _PLACEHOLDER.sub(lambda _m: f"${next(counter)}", sql)
-
-
-_PG_INSERT = _pg(_INSERT)
-
-
-class PostgresUsage:
-    """The ledger methods of :class:`proxy.store.postgres.PostgresStore`."""
-
-    if TYPE_CHECKING:
-
-        async def _run(self, fn: Callable[[Any], Awaitable[T]]) -> T: ...
-
-    async def record_usage(self, entries: Sequence[LedgerEntry]) -> None:
-        rows = _params(tuple(entries))
-        if not rows:
-            return
-
-        async def job(conn: Any) -> None:
-            async with conn.transaction():
-                await conn.executemany(_PG_INSERT, rows)
-
-        await self._run(job)
-
-    async def usage_rows(self, tenant: str, query: UsageQuery) -> tuple[UsageRow, ...]:
-        _checked_query(tenant, query)
-        sql, params = _rows_sql(tenant, query)
-
-        async def job(conn: Any) -> tuple[UsageRow, ...]:
-            return tuple(_decode(tuple(r)) for r in await conn.fetch(_pg(sql), *params))
-
-        return await self._run(job)
-
-    async def usage_groups(
-        self,
-        tenant: str,
-        query: UsageQuery,
-        by: Literal["bucket", "session"],
-        bucket_ms: int = 0,
-    ) -> tuple[UsageGroup, ...]:
-        _checked_query(tenant, query)
-        sql, params = _groups_sql(tenant, query, by, bucket_ms)
-
-        async def job(conn: Any) -> tuple[UsageGroup, ...]:
-            return tuple(_group(tuple(r)) for r in await conn.fetch(_pg(sql), *params))
-
-        return await self._run(job)
-
-    async def delete_usage_before(
-        self, tenant: str | None, cutoff: datetime | str | float
-    ) -> int:
-        if tenant is not None:
-            check_keys(tenant)
-        ms = cutoff_ms(cutoff)
-        sql = _pg(_delete_sql(tenant))
-        params = (tenant, ms) if tenant is not None else (ms,)
-        total = 0
-        while True:
-
-            async def job(conn: Any) -> int:
-                status = await conn.execute(sql, *params)
-                return int(str(status).rsplit(" ", 1)[-1])
-
             deleted = await self._run(job)
             total += deleted
             if deleted < DELETE_CHUNK:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from proxy.config.schema import check, doc, one_of, or_empty, positive
 from proxy.sources.manifests import KEY_ID_RE, SigningKeys
 from proxy.sources.object_store import (
+    Credentials,
     ObjectStoreSettings,
     check_bucket,
     check_endpoint,
@@ -20,7 +21,6 @@ from proxy.sources.object_store import (
     check_region,
     dns_host,
 )
-from proxy.sources.sigv4 import Credentials
 
 __all__ = [
     "NO_OBJECT_STORE",

@@ -24,10 +24,9 @@ from aiohttp import web
 
 from proxy.sources.checks import SourceChecks
 from proxy.sources.manifests import SigningKeys, sign_entry
-from proxy.sources.object_store import ObjectStoreSettings
+from proxy.sources.object_store import Credentials, ObjectStoreSettings
 from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import SourceResolver
-from proxy.sources.sigv4 import Credentials
 from proxy.store import Store, open_store
 from proxy.store.source_records import (
     AuditQuery,

@@ -10,29 +10,27 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import hmac
 import json
 import posixpath
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials as BotoCredentials
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proxy.core.pointers import ArtifactPointer, BadPointer, parse_pointer
+from proxy.sources import object_store
 from proxy.sources.checks import SourceChecks
 from proxy.sources.manifests import SigningKeys
-from proxy.sources.object_store import ObjectStoreError, ObjectStoreSettings
+from proxy.sources.object_store import Credentials, ObjectStoreError, ObjectStoreSettings, S3Client
 from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import SourceResolver
-from proxy.sources.sigv4 import Credentials, sign
 from proxy.sources.store_artifacts import object_key
 from proxy.store import Store, open_store
 from proxy.store.source_records import AuditQuery, delete_audit_before, list_audit
@@ -125,32 +123,82 @@ class Recorder:
         await self.runner.cleanup()
 
 
-# -- SigV4 ----------------------------------------------------------------------------------------
+# -- SigV4, by botocore's signer -----------------------------------------------------------------
 
 
-def test_sigv4_signature_equals_botocore() -> None:
-    now = datetime(2026, 12, 3, 8, 0, 0, tzinfo=UTC)
-    c = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "token/abc")
-    payload = hashlib.sha256(b"body").hexdigest()
-    ours = sign("PUT", "127.0.0.1:9000", "/bucket/p/s1/tool-results/a.txt", payload, c, "eu-west-1", now)
-    request = AWSRequest(
-        method="PUT",
-        url="http://127.0.0.1:9000/bucket/p/s1/tool-results/a.txt",
-        data=b"body",
-        headers={
-            "host": "127.0.0.1:9000",
-            "x-amz-content-sha256": payload,
-            "x-amz-security-token": "token/abc",
-            "x-amz-date": ours["x-amz-date"],
-        },
+def _verify_sigv4(method: str, path: str, headers: dict[str, str], body: bytes, secret: str) -> str:
+    """What the signed request's ``Authorization`` must say, computed here from what the server
+    received, by the published algorithm (header-based authentication, payload signed):
+    https://docs.aws.amazon.com/AmazonS3/latest/API/sig-v4-header-based-auth.html"""
+    lower = {k.lower(): v for k, v in headers.items()}
+    auth = lower["authorization"]
+    scope = auth.split("Credential=", 1)[1].split(",", 1)[0].split("/", 1)[1]
+    signed = auth.split("SignedHeaders=", 1)[1].split(",", 1)[0].split(";")
+    canonical = "\n".join([
+        method, path, "", *(f"{n}:{lower[n].strip()}" for n in signed), "", ";".join(signed),
+        hashlib.sha256(body).hexdigest(),
+    ])  # fmt: skip
+    to_sign = "\n".join(
+        ["AWS4-HMAC-SHA256", lower["x-amz-date"], scope, hashlib.sha256(canonical.encode()).hexdigest()]
     )
-    request.context["timestamp"] = ours["x-amz-date"]
-    auth = SigV4Auth(BotoCredentials("AKIDEXAMPLE", c.secret_access_key, "token/abc"), "s3", "eu-west-1")
-    canonical = auth.canonical_request(request)
-    expected = auth.signature(auth.string_to_sign(request, canonical), request)
-    assert ours["authorization"].endswith(f"Signature={expected}")
-    assert "Credential=AKIDEXAMPLE/20261203/eu-west-1/s3/aws4_request" in ours["authorization"]
+    key = ("AWS4" + secret).encode()
+    for part in scope.split("/"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    return hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+
+
+async def test_requests_are_signed_over_the_payload_for_the_pinned_host() -> None:
+    received: list[tuple[str, str, dict[str, str], bytes]] = []
+
+    async def accept(request: web.Request) -> web.Response:
+        received.append((request.method, request.path, dict(request.headers), await request.read()))
+        return web.Response(status=200, body=b"", headers={"ETag": '"e1"'})
+
+    c = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "token/abc")
+    client = S3Client()
+    try:
+        async with Recorder(accept) as endpoint:
+            settings = settings_for(endpoint.url, "p/", c, region="eu-west-1")
+            assert await client.put(settings, "p/s1/tool-results/a.txt", b"body") == '"e1"'
+            assert (await client.get(settings, "p/s1/tool-results/a.txt", head=True)).status == "found"
+    finally:
+        await client.close()
+    host = endpoint.url.removeprefix("http://")
+    for (method, path, headers, body), sent in zip(received, (b"body", b""), strict=True):
+        assert (method, path, body) == ("PUT" if sent else "HEAD", f"/{BUCKET}/p/s1/tool-results/a.txt", sent)
+        assert headers["Host"] == host
+        assert headers["X-Amz-Content-SHA256"] == hashlib.sha256(sent).hexdigest()  # never UNSIGNED-PAYLOAD
+        assert headers["X-Amz-Security-Token"] == "token/abc"
+        auth = headers["Authorization"]
+        assert auth.startswith("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/")
+        assert "/eu-west-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token, " in auth
+        assert auth.endswith("Signature=" + _verify_sigv4(method, path, headers, body, c.secret_access_key))
     assert "wJalr" not in repr(c) and "token" not in repr(c)
+
+
+async def test_a_large_payload_is_hashed_and_signed_off_the_event_loop(
+    s3: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    signed_in: list[bool] = []  # True: in the event loop's thread
+    real = object_store.sign
+
+    def spy(*args: Any) -> dict[str, str]:
+        signed_in.append(threading.get_ident() == loop_thread)
+        return real(*args)
+
+    loop_thread = threading.get_ident()
+    monkeypatch.setattr(object_store, "sign", spy)
+    settings = settings_for(s3.endpoint, "tenants/big/", creds(s3))
+    client = S3Client()
+    try:
+        large = b"x" * (object_store.SIGN_IN_THREAD_BYTES + 1)
+        await client.put(settings, "tenants/big/s1/tool-results/large.txt", large)
+        await client.put(settings, "tenants/big/s1/tool-results/small.txt", b"small")
+    finally:
+        await client.close()
+    assert signed_in == [False, True]
+    body = s3.client().get_object(Bucket=BUCKET, Key="tenants/big/s1/tool-results/large.txt")["Body"]
+    assert body.read() == large  # moto checked the signature made in the thread
 
 
 # -- the happy path, the cache, the audit trail -----------------------------------------------

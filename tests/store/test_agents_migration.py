@@ -21,8 +21,8 @@ from proxy.core.pointers import TranscriptPointer, format_pointer
 from proxy.sources.transcript_records import record_sha256
 from proxy.store import Prefix, TranscriptEvent, open_store
 from proxy.store.migrations import MIGRATIONS
-from proxy.store.postgres import PG_MIGRATIONS
-from proxy.store.transcript_keys import KeyedEvent
+from proxy.store.sql import POSTGRES, SQLITE
+from proxy.store.values import KeyedEvent
 from tests.pg_server import fresh_schema
 
 T0 = "2026-11-30T10:00:00.000000+00:00"
@@ -60,7 +60,7 @@ def _sqlite_at_7(path: Path) -> None:
     for migration in MIGRATIONS:
         if migration.version > 7:
             break
-        for statement in migration.statements:
+        for statement in migration.statements_for(SQLITE):
             conn.execute(statement)
         conn.execute(
             "INSERT INTO schema_migrations VALUES (?, ?, ?)", (migration.version, migration.name, T0)
@@ -87,10 +87,10 @@ async def _pg_at_7(url: str) -> None:
             "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
             " applied_at TEXT NOT NULL)"
         )
-        for migration in PG_MIGRATIONS:
+        for migration in MIGRATIONS:
             if migration.version > 7:
                 break
-            for statement in migration.statements:
+            for statement in migration.statements_for(POSTGRES):
                 await conn.execute(statement)
             await conn.execute(
                 "INSERT INTO schema_migrations VALUES ($1, $2, $3)", migration.version, migration.name, T0
@@ -160,7 +160,7 @@ async def test_postgres_keeps_every_event_and_pointer() -> None:
 def test_the_migration_is_named_once_on_both_backends() -> None:
     (eighth,) = [m for m in MIGRATIONS if m.version == 8]
     assert eighth.name.startswith("conversations per agent")
-    assert [m.version for m in PG_MIGRATIONS] == [m.version for m in MIGRATIONS]
+    assert eighth.statements_for(SQLITE) and eighth.statements_for(POSTGRES)
 
 
 @pytest.mark.parametrize("agent", ["", "a1"])

@@ -210,8 +210,7 @@ async def test_artifacts_by_age_and_size_keep_what_a_plan_or_pointer_names(
 def store_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
     """The store's own timestamps (``now_iso``) follow a clock the test moves."""
     clock = [NOW]
-    for module in ("proxy.store.sqlite", "proxy.store.postgres"):
-        monkeypatch.setattr(f"{module}.now_iso", lambda: iso(clock[0]))
+    monkeypatch.setattr("proxy.store.clock.now_iso", lambda: iso(clock[0]))
     yield clock
 
 

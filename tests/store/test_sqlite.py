@@ -11,17 +11,18 @@ import pytest
 from proxy.core.durable import Create, Fact
 from proxy.store import SQLiteStore, StoreError, StoreUnavailable, open_store, sqlite_path
 from proxy.store.migrations import MIGRATIONS
+from proxy.store.sql import Tx
 
 
 async def test_pragmas_of_the_connection(tmp_path: Path) -> None:
     store = await SQLiteStore.open(tmp_path / "s.db", busy_timeout_ms=1234)
     try:
-        pragmas = await store._run(
-            lambda c: tuple(
-                c.execute(f"PRAGMA {name}").fetchone()[0]
-                for name in ("journal_mode", "synchronous", "busy_timeout")
-            )
-        )
+
+        async def job(tx: Tx) -> tuple[object, ...]:
+            names = ("journal_mode", "synchronous", "busy_timeout")
+            return tuple([await tx.value(f"PRAGMA {name}") for name in names])
+
+        pragmas = await store._run(job)
     finally:
         await store.close()
     assert pragmas == ("wal", 2, 1234)  # synchronous 2 == FULL

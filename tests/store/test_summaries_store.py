@@ -10,7 +10,8 @@ import pytest
 
 from proxy.core.durable import InvalidWrite
 from proxy.store import Store, open_store
-from proxy.store.base import SummaryRow, decide_claim, decide_settle
+from proxy.store.plans import decide_claim, decide_settle
+from proxy.store.values import SummaryRow
 
 KEY = "sum-" + "ab" * 16
 

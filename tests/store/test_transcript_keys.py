@@ -9,7 +9,7 @@ import pytest
 from proxy.core.durable import InvalidWrite
 from proxy.store import Store, TranscriptEvent, open_store
 from proxy.store.base import Prefix
-from proxy.store.transcript_keys import KeyedEvent
+from proxy.store.values import KeyedEvent
 
 T0 = "2026-12-01T10:00:00+00:00"
 

@@ -21,9 +21,8 @@ from proxy.core.ledger import LedgerEntry, PriceTable, Sums, Usage, billing, row
 from proxy.core.provider_notes import notes_from
 from proxy.store import Store, open_store
 from proxy.store.migrations import MIGRATIONS
-from proxy.store.postgres import PG_MIGRATIONS
+from proxy.store.sql import POSTGRES, SQLITE
 from proxy.store.usage import UsageQuery
-from proxy.store.usage_schema import PROVIDER_MIGRATION
 from tests.store.test_usage_store import T0_MS, assert_same
 
 SONNET = "claude-sonnet-4-5"
@@ -147,7 +146,7 @@ def _sqlite_at_version_7(path: Path) -> None:
                      " applied_at TEXT NOT NULL)")
         for m in MIGRATIONS:
             if m.version <= 7:
-                for statement in m.statements:
+                for statement in m.statements_for(SQLITE):
                     conn.execute(statement)
                 conn.execute("INSERT INTO schema_migrations VALUES (?, ?, '2026-01-01T00:00:00Z')", (m.version, m.name))
         conn.executemany(f"INSERT INTO usage_ledger ({', '.join(_V5_COLUMNS)}) VALUES"
@@ -161,9 +160,9 @@ async def _postgres_at_version_7(url: str) -> None:
     try:
         await conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,"
                            " applied_at TEXT NOT NULL)")
-        for m in PG_MIGRATIONS:
+        for m in MIGRATIONS:
             if m.version <= 7:
-                for statement in m.statements:
+                for statement in m.statements_for(POSTGRES):
                     await conn.execute(statement)
                 await conn.execute("INSERT INTO schema_migrations VALUES ($1, $2, '2026-01-01T00:00:00Z')",
                                    m.version, m.name)
@@ -181,7 +180,7 @@ async def test_a_version_7_database_keeps_every_ledger_row(store_url: str) -> No
     store = await open_store(store_url)
     try:
         applied = [m.version for m in await store.applied_migrations()]
-        assert applied == [m.version for m in MIGRATIONS] and PROVIDER_MIGRATION[0] in applied
+        assert applied == [m.version for m in MIGRATIONS] and 9 in applied
         rows = [r.entry for r in await store.usage_rows("acme", UsageQuery())]
         assert [e.request_id for e in rows] == ["req_old1", "req_old2", None]
         first, second, failed = rows

@@ -12,7 +12,7 @@ Each message and each final answer is one event with a contiguous sequence numbe
 (``transcript:<session>:<seq>``, ``transcript:<session>:<agent>:<seq>``), exactly once whatever
 the replicas, retries, racing requests or crashes: events are keyed by their place in the
 conversation (``proxy.core.event_keys``) and the store appends only keys it does not hold
-(``proxy.store.transcript_keys``). The store is then projected to
+(``proxy.store.transcripts``). The store is then projected to
 ``<transcript_root>/<session>.jsonl`` and ``<transcript_root>/agents/<session>/<agent>.jsonl``
 (``proxy.sources.transcript_files.export_session``). Recording runs in background tasks, in order
 per conversation, and never delays the relay. Durable state is the session's, shared by its
@@ -51,8 +51,7 @@ from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import SourceResolver
 from proxy.sources.transcript_files import ExportMarks, StoredRecord, export_session
 from proxy.sources.transcript_records import record_bytes
-from proxy.store.base import Prefix, Store, StoreError, TranscriptEvent
-from proxy.store.transcript_keys import KeyedEvent, Recorded
+from proxy.store.base import KeyedEvent, Prefix, Recorded, Store, StoreError, TranscriptEvent
 
 log = logging.getLogger("context_proxy.durable")
 

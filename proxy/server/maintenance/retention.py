@@ -75,7 +75,7 @@ _POINTER = re.compile(
 
 
 def iso(epoch: float) -> str:
-    """The stored timestamp format (``proxy.store.folding.now_iso``) of ``epoch``."""
+    """The stored timestamp format (``proxy.store.clock.now_iso``) of ``epoch``."""
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
 
 
