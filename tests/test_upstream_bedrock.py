@@ -45,7 +45,8 @@ def test_a_message_goes_to_bedrock_signed_and_comes_back_as_the_sdk_expects(
     )
     assert message.content[0].text == "Hello from fake Bedrock."  # type: ignore[union-attr]
     [seen] = bedrock.seen
-    assert seen.path == "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
+    # profile_geo "auto": the geography Claude Code uses for us-east-1 in front of the base id
+    assert seen.path == "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
     assert seen.body["anthropic_version"] == "bedrock-2023-05-31"
     assert "model" not in seen.body and "stream" not in seen.body
     assert seen.body["messages"] == [{"role": "user", "content": "Hi"}]
@@ -356,8 +357,9 @@ def test_the_summary_call_goes_to_the_tenants_bedrock_upstream(
     )
     assert response.headers["x-compaction-summary"] == "ok"
     paths = [s.path for s in bedrock.seen]
-    assert paths[0] == "/model/anthropic.claude-summary-test-v1%3A0/invoke"  # signed, to Bedrock
-    assert paths[-1] == "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
+    # signed, to Bedrock; a model the catalogue does not know gets the published rule's id
+    assert paths[0] == "/model/us.anthropic.claude-summary-test/invoke"
+    assert paths[-1] == "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
     forwarded = json.dumps(bedrock.seen[-1].body)
     assert "SUMMARY: goal was X" in forwarded
 
@@ -444,7 +446,7 @@ def test_a_request_without_a_model_or_for_an_unknown_model_entry(
     with pytest.raises(anthropic.NotFoundError) as missing:
         client(proxy).models.retrieve("claude-none-1")
     assert missing.value.body["error"]["message"] == (  # type: ignore[index]
-        "model: claude-none-1 is not in the proxy's model table"
+        "model: claude-none-1 is not in the proxy's model catalogue"
     )
     assert bedrock.seen == []
 
