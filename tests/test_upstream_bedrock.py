@@ -305,8 +305,11 @@ def test_models_come_from_the_table_and_other_routes_are_a_clear_404(
 ) -> None:
     proxy = bedrock_proxy(make_proxy, bedrock)
     sdk = client(proxy)
-    ids = [model.id for model in sdk.models.list()]
-    assert MODEL in ids and "claude-opus-4-6" in ids
+    listed = list(sdk.models.list())
+    ids = [model.id for model in listed]
+    assert MODEL in ids and "claude-opus-4-6" in ids and "claude-opus-4-8" in ids
+    assert "claude-demo-1" not in ids and "claude-mythos-5" not in ids  # no Bedrock id known
+    assert {m.id: m.display_name for m in listed}["claude-opus-4-8"] == "Claude Opus 4.8"
     assert sdk.models.retrieve("claude-haiku-4-5").id == "claude-haiku-4-5-20251001"
     with pytest.raises(anthropic.NotFoundError) as caught:
         sdk.messages.batches.list()
@@ -532,3 +535,69 @@ def test_a_body_the_platform_refuses_before_sending_is_no_upstream_call_in_the_l
     rows = loop_thread.run(proxy.app[STORE].usage_rows("default", UsageQuery()))
     assert [(r.entry.kind, r.entry.status, r.entry.model) for r in rows] == [("client", 200, MODEL)]
     assert len(bedrock.seen) == 1
+
+
+ARN = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/abc123"
+ARN_PATH = "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Aapplication-inference-profile%2Fabc123/invoke"
+
+
+@pytest.mark.parametrize("key", ["models", "model_ids"])
+def test_an_application_profile_arn_reaches_bedrock_as_given_with_profile_geo_set(
+    key: str, aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    """profile_geo goes in front of bare ids only: never ``us.arn:aws:bedrock:...`` (both the
+    models: key and the older model_ids: key)."""
+    entry = {"match": MODEL, "bedrock": ARN} if key == "models" else {"anthropic": MODEL, "bedrock": ARN}
+    proxy = make_proxy(
+        upstream={"format": "bedrock", "region": "us-east-1", "endpoint_url": bedrock.url, "profile_geo": "us"},
+        **{key: [entry]},
+    )
+    client(proxy).messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    client(proxy).messages.create(model=ARN, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert [s.path for s in bedrock.seen] == [ARN_PATH, ARN_PATH]
+
+
+def test_an_id_that_carries_a_geography_is_sent_as_given(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    proxy = bedrock_proxy(make_proxy, bedrock, profile_geo="us")
+    for model in ("eu.anthropic.claude-haiku-4-5-20251001-v1:0", "anthropic.claude-haiku-4-5-20251001-v1:0"):
+        client(proxy).messages.create(model=model, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert [s.path for s in bedrock.seen] == [
+        "/model/eu.anthropic.claude-haiku-4-5-20251001-v1%3A0/invoke",  # as given
+        "/model/us.anthropic.claude-haiku-4-5-20251001-v1%3A0/invoke",  # a bare id: profile_geo
+    ]
+
+
+def test_a_model_the_catalogue_does_not_know_goes_by_the_rule_and_a_refusal_names_the_entry(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    bedrock.models = frozenset({"anthropic.claude-opus-4-8", "anthropic.claude-opus-9-v2:0"})
+    proxy = bedrock_proxy(make_proxy, bedrock)
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client(proxy).messages.create(model="claude-opus-9", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert bedrock.seen[-1].path == "/model/us.anthropic.claude-opus-9/invoke"  # no invented -v1:0
+    message = caught.value.body["error"]["message"]  # type: ignore[index]
+    assert message.startswith("The provided model identifier is invalid. (the proxy's model catalogue")
+    assert "add a models: entry {match: claude-opus-9, bedrock: <its id>}" in message
+    # a known model refused for another reason keeps Bedrock's words alone
+    client(proxy).messages.create(model="claude-opus-4-8", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    # the entry the note names makes it work
+    proxy = make_proxy(
+        upstream={"format": "bedrock", "region": "us-east-1", "endpoint_url": bedrock.url},
+        models=[{"match": "claude-opus-9", "bedrock": "anthropic.claude-opus-9-v2:0"}],
+    )
+    client(proxy).messages.create(model="claude-opus-9", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert bedrock.seen[-1].path == "/model/us.anthropic.claude-opus-9-v2%3A0/invoke"
+
+
+def test_bedrock_refuses_a_bare_id_of_a_model_served_by_profiles_with_its_own_words(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    """profile_geo "" sends the base id, which Bedrock runs on-demand for no newer model."""
+    bedrock.models = frozenset({"anthropic.claude-opus-4-8"})
+    proxy = bedrock_proxy(make_proxy, bedrock, profile_geo="")
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client(proxy).messages.create(model="claude-opus-4-8", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert "with on-demand throughput isn't supported" in caught.value.body["error"]["message"]  # type: ignore[index]
+    assert "catalogue" not in caught.value.body["error"]["message"]  # type: ignore[index]

@@ -180,3 +180,18 @@ def test_unreadable_credentials_are_a_502_without_the_file_contents(
     assert caught.value.status_code == 502
     assert "Google credentials" in caught.value.message
     assert "SECRET-KEY" not in caught.value.message and vertex.seen == []
+
+
+def test_a_model_vertex_does_not_serve_is_its_404_naming_the_entry_to_add(
+    vertex: FakeVertex, make_proxy: ProxyFactory, tmp_path: Path
+) -> None:
+    vertex.models = frozenset({"claude-opus-4-8"})
+    proxy = vertex_proxy(make_proxy, vertex, tmp_path)
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client(proxy).messages.create(model="claude-opus-9", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert vertex.seen[-1].path.endswith("/models/claude-opus-9:rawPredict")
+    message = caught.value.body["error"]["message"]  # type: ignore[index]
+    assert "was not found or your project does not have access to it" in message
+    assert "add a models: entry {match: claude-opus-9, vertex: <its id>}" in message
+    answer = client(proxy).messages.create(model="claude-opus-4-8", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert "claude-opus-4-8" in answer.content[0].text  # type: ignore[union-attr]

@@ -214,7 +214,10 @@ class Catalogue:
             ),
             aliases=Known(
                 tuple(dict.fromkeys(a for values in named for a in values.aliases)),
-                BUILT_IN if row else DEFAULT,
+                next(
+                    (f"config {e.origin}" for e in exact if e.values.aliases),
+                    BUILT_IN if row else DEFAULT,
+                ),
             ),
             bedrock=platform("bedrock", platform_ids.bedrock_rule(ident)),
             vertex=platform("vertex", platform_ids.vertex_rule(ident)),
