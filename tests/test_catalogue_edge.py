@@ -46,7 +46,7 @@ def test_the_prices_in_force_come_from_the_catalogue_with_their_origin(
     prices = _admin(priced, loop_thread, "/usage/prices")
     assert prices["unit"] == "USD per million tokens"
     rows = {p["model"]: p for p in prices["prices"]}
-    assert list(rows)[0] == "my-gateway-*"  # a configured glob first
+    assert next(iter(rows)) == "my-gateway-*"  # a configured glob first
     assert rows["my-gateway-*"]["cache_read"] == 0.5 and rows["my-gateway-*"]["origin"] == "config models[1]"
     assert (rows["claude-opus-4-8"]["input"], rows["claude-opus-4-8"]["origin"]) == (100, "config models[0]")
     assert rows["claude-opus-4-8"]["cache_write_5m"] == 125  # the usual multiple of a configured input

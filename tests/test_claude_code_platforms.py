@@ -24,7 +24,7 @@ from tests import claude_code_catalogue as cc
 from tests.conftest import ProxyFactory
 from tests.harness import ProxyServer
 from tests.platform_fakes import FakeBedrock, FakeVertex
-from tests.test_claude_code import RUN_TIMEOUT, _clean_env, _proxy_error_answers, find_claude
+from tests.test_claude_code import RUN_TIMEOUT, _proxy_error_answers, find_claude, mode_env
 from tests.test_upstream_bedrock import bedrock_proxy
 from tests.test_upstream_vertex import vertex_proxy
 
@@ -41,31 +41,13 @@ def _bedrock_models(models: list[cc.CcModel]) -> frozenset[str]:
     return frozenset(m.bedrock.partition(".")[2] for m in models if m.bedrock)
 
 
-def _env(mode: str, home: Path, url: str) -> dict[str, str]:
-    env = _clean_env(home, url)
-    if mode == "bedrock":
-        del env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_API_KEY"]
-        env.update(
-            CLAUDE_CODE_USE_BEDROCK="1", CLAUDE_CODE_SKIP_BEDROCK_AUTH="1",
-            ANTHROPIC_BEDROCK_BASE_URL=url, AWS_REGION="us-east-1",
-        )
-    elif mode == "vertex":
-        del env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_API_KEY"]
-        env.update(
-            CLAUDE_CODE_USE_VERTEX="1", CLAUDE_CODE_SKIP_VERTEX_AUTH="1",
-            ANTHROPIC_VERTEX_BASE_URL=url + "/v1", ANTHROPIC_VERTEX_PROJECT_ID="proj-x",
-            CLOUD_ML_REGION="us-east5",
-        )
-    return env
-
-
 def _run(mode: str, proxy: ProxyServer, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], str]:
     home, work = tmp_path / mode / "home", tmp_path / mode / "work"
     home.mkdir(parents=True)
     work.mkdir(parents=True)
     proc = subprocess.run(
         [find_claude() or "claude", "-p", "Say hello.", "--output-format", "json"],
-        cwd=work, env=_env(mode, home, proxy.url), stdin=subprocess.DEVNULL,
+        cwd=work, env=mode_env(mode, home, proxy.url), stdin=subprocess.DEVNULL,
         capture_output=True, text=True, timeout=RUN_TIMEOUT,
     )  # fmt: skip
     return proc, f"--- {mode} mode: exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -73,6 +55,21 @@ def _run(mode: str, proxy: ProxyServer, tmp_path: Path) -> tuple[subprocess.Comp
 
 def _seen(fake: FakeBedrock | FakeVertex) -> list[tuple[str, Any]]:
     return [(s.path, s.headers.get("anthropic-beta") or (s.body or {}).get("anthropic_beta")) for s in fake.seen]
+
+
+def _answered(
+    mode: str, proxy: ProxyServer, fake: FakeBedrock | FakeVertex, tmp_path: Path, answer: str
+) -> str:
+    """Claude Code's run in ``mode``: exit 0 with the fake's answer, no 4xx from the proxy (the
+    fake refuses what the platform would: any refusal ends the run in an error)."""
+    proc, context = _run(mode, proxy, tmp_path)
+    context += f"\n{_seen(fake)}"
+    print(context)
+    assert proc.returncode == 0, context
+    result = json.loads(proc.stdout)
+    assert result.get("is_error") is False and answer in result.get("result", ""), context
+    assert _proxy_error_answers(proxy) == [], context
+    return context
 
 
 @pytest.mark.claude_code
@@ -84,13 +81,7 @@ def test_claude_codes_default_model_reaches_bedrock_as_a_model_it_serves(
     models = _oracle()
     bedrock.models = _bedrock_models(models)
     proxy = bedrock_proxy(make_proxy, bedrock)  # profile_geo left at "auto": us-east-1 -> us
-    proc, context = _run(mode, proxy, tmp_path)
-    context += f"\n{_seen(bedrock)}"
-    print(context)
-    assert proc.returncode == 0, context
-    result = json.loads(proc.stdout)
-    assert result.get("is_error") is False and "fake Bedrock" in result.get("result", ""), context
-    assert _proxy_error_answers(proxy) == [], context
+    context = _answered(mode, proxy, bedrock, tmp_path, "fake Bedrock")
     invoked = [s.path for s in bedrock.seen if "/invoke" in s.path]
     assert invoked, context
     # every model id Bedrock saw is one of Claude Code's own (the fake refused any other), and
@@ -111,13 +102,7 @@ def test_claude_codes_default_model_reaches_vertex_with_its_betas(
     models = _oracle()
     vertex.models = frozenset(m.vertex for m in models if m.vertex)
     proxy = vertex_proxy(make_proxy, vertex, tmp_path)
-    proc, context = _run(mode, proxy, tmp_path)
-    context += f"\n{_seen(vertex)}"
-    print(context)
-    assert proc.returncode == 0, context
-    result = json.loads(proc.stdout)
-    assert result.get("is_error") is False and "fake Vertex" in result.get("result", ""), context
-    assert _proxy_error_answers(proxy) == [], context
+    context = _answered(mode, proxy, vertex, tmp_path, "fake Vertex")
     predicted = [s for s in vertex.seen if "RawPredict" in s.path]
     assert predicted, context
     if mode == "anthropic":

@@ -29,10 +29,10 @@ def price_of_config(p: ModelPriceConfig | PriceConfig) -> Price:
     )
 
 
-def _model_entry(i: int, m: ModelConfig) -> Entry:
+def _model_entry(i: int, m: ModelConfig, key: str = "models") -> Entry:
     return make_entry(
         m.match.strip(),
-        f"models[{i}]",
+        f"{key}[{i}]",
         aliases=tuple(m.aliases),
         bedrock=m.bedrock or None,
         vertex=m.vertex or None,
@@ -46,13 +46,9 @@ def _model_entry(i: int, m: ModelConfig) -> Entry:
 
 
 def _id_entry(i: int, m: ModelIdConfig) -> Entry:
-    return make_entry(
-        m.anthropic.strip(),
-        f"model_ids[{i}]",
-        aliases=tuple(m.aliases),
-        bedrock=m.bedrock or None,
-        vertex=m.vertex or None,
-    )
+    """An older ``model_ids:`` entry, read as the ``models:`` entry it stands for."""
+    as_model = ModelConfig(match=m.anthropic, aliases=m.aliases, bedrock=m.bedrock, vertex=m.vertex)
+    return _model_entry(i, as_model, "model_ids")
 
 
 def entries_of(
