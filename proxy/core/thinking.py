@@ -1,11 +1,10 @@
 """Thinking blocks bound to their prefix: which ones a forwarded request would replay stale. Pure.
 
 On the models with *preserved thinking* (the catalogue's rows with ``binds_thinking``:
-:meth:`proxy.core.catalogue.Catalogue.binds_thinking`, citing the provider's "Preserved
-thinking" pages), a ``thinking`` or
-``redacted_thinking`` block is honoured only while everything before it -- ``system``,
-``tools``, every earlier message and the earlier blocks of its own message -- is what it was in
-the request that produced it. ``cache_control`` markers are left out of that comparison (the
+:meth:`proxy.core.catalogue.Catalogue.binds_thinking`, citing the provider's "Preserved thinking"
+pages), a ``thinking`` or ``redacted_thinking`` block is honoured only while everything before
+it -- ``system``, ``tools``, every earlier message and the earlier blocks of its own message --
+is what it was in the request that produced it. ``cache_control`` markers are left out of that comparison (the
 prompt cache ignores them too; Claude Code moves its marker every turn), and so are turn-scoped
 system messages (``role: "system"`` with ``clear_at``). A stale block is a 400 (``Invalid
 `signature` in `thinking` block. The block is bound to a different conversation.``) unless the
