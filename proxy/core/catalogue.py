@@ -51,7 +51,6 @@ T = TypeVar("T")
 BUILT_IN = "built-in"
 DEFAULT = "default"
 RULE = "rule"  # a platform id made by the published rule: the catalogue does not know it
-PLATFORMS = ("bedrock", "vertex", "foundry")
 _GLOB = frozenset("*?[")
 _MEMO = 10_000
 
@@ -296,10 +295,6 @@ class Catalogue:
             if price.value is not None:
                 out.append((resolved.id, Known(price.value, price.origin)))
         return out
-
-    def with_entries(self, entries: Sequence[Entry]) -> Catalogue:
-        """This catalogue with ``entries`` before its own."""
-        return Catalogue((*entries, *self.entries), self.rows, self.default_window)
 
 
 def _matches(glob: str, model: str, ident: str) -> bool:
