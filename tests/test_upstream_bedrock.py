@@ -578,7 +578,10 @@ def test_a_model_the_catalogue_does_not_know_goes_by_the_rule_and_a_refusal_name
         client(proxy).messages.create(model="claude-opus-9", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
     assert bedrock.seen[-1].path == "/model/us.anthropic.claude-opus-9/invoke"  # no invented -v1:0
     message = caught.value.body["error"]["message"]  # type: ignore[index]
-    assert message.startswith("The provided model identifier is invalid. (the proxy's model catalogue")
+    assert message.startswith(
+        "The provided model identifier is invalid. (the proxy's model catalogue does not know"
+        " 'claude-opus-9'; it sent 'us.anthropic.claude-opus-9' by the published id rule."
+    )
     assert "add a models: entry {match: claude-opus-9, bedrock: <its id>}" in message
     # a known model refused for another reason keeps Bedrock's words alone
     client(proxy).messages.create(model="claude-opus-4-8", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])

@@ -132,8 +132,12 @@ class UpstreamPlatform:
     async def _send(self, bridged: Bridged, model: str, count_tokens: bool) -> _Answer:
         raise NotImplementedError
 
+    def _sent_id(self, model: str) -> str:
+        """The id the platform gets for ``model``."""
+        return self.catalogue.vertex(model)
+
     def _unknown_note(self, model: str) -> str:
-        sent = getattr(self.catalogue.resolve(model), self.format).value
+        sent = self._sent_id(model)
         return (
             f"the proxy's model catalogue does not know {model[:100]!r}; it sent {sent[:120]!r}"
             f" by the published id rule. If {self.format} names the model otherwise, add a"
@@ -144,7 +148,7 @@ class UpstreamPlatform:
         """Release what the credentials hold (a token transport's connections)."""
 
     def other_route(self, request: web.Request) -> AdaptedResponse:
-        """``GET /v1/models[/{id}]`` from the model table; any other route is not served."""
+        """``GET /v1/models[/{id}]`` from the catalogue; any other route is not served."""
         path = request.path
         if request.method in ("GET", "HEAD") and path in ("/v1/models", "/v1/models/"):
             models = [_model_info(r) for r in self.catalogue.listed(self.format)]
@@ -205,13 +209,16 @@ class BedrockUpstream(UpstreamPlatform):
         ).rstrip("/")
         self.credentials = AwsCredentials(target.aws_profile, target.region)
 
+    def _sent_id(self, model: str) -> str:
+        return self.catalogue.bedrock(model, self.target.geography())
+
     async def _send(self, bridged: Bridged, model: str, count_tokens: bool) -> _Answer:
         stream = bridged.body.get("stream") is True and not count_tokens
         if count_tokens:  # a foundation model id: count-tokens takes no inference profile
             path = bedrock.count_tokens_path(self.catalogue.bedrock_foundation(model))
             payload = bedrock.count_tokens_body(bridged.body, bridged.betas)
         else:
-            model_id = self.catalogue.bedrock(model, self.target.geography())
+            model_id = self._sent_id(model)
             path = bedrock.model_path(model_id, stream=stream)
             payload = orjson.dumps(bedrock.invoke_body(bridged.body, bridged.betas))
         url = self.endpoint + path
@@ -291,7 +298,7 @@ class VertexUpstream(UpstreamPlatform):
 
     async def _send(self, bridged: Bridged, model: str, count_tokens: bool) -> _Answer:
         target = self.target
-        model_name = self.catalogue.vertex(model)
+        model_name = self._sent_id(model)
         if count_tokens:
             path = vertex.count_tokens_path(target.project, target.location)
             body = vertex.predict_body(bridged.body, keep_model=model_name)
