@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from proxy.config.models import catalogue_of
 from proxy.config.schema import ConfigError
-from proxy.config.settings import UpstreamTarget, parse_config
+from proxy.config.settings import parse_config
+from proxy.config.upstream import UpstreamTarget
 from proxy.core import platform_ids
 from proxy.core.catalogue import BUILT_IN, DEFAULT, RULE, Catalogue, make_entry, price_of
 from proxy.core.catalogue_data import DEMO_MODEL, MODELS

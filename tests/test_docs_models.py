@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+from tests.docs_hook import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "docs" / "render_models.py"
 
 
-def _renderer() -> object:
-    spec = importlib.util.spec_from_file_location("render_models", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _renderer() -> ModuleType:
+    return load_script(SCRIPT, "render_models")
 
 
 def test_the_committed_reference_page_is_the_rendered_catalogue() -> None:

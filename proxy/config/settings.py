@@ -463,27 +463,13 @@ class LedgerConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class PriceConfig:
-    """The older ``prices:`` key, still read: each entry as a ``models:`` entry with a ``price``,
-    after those of ``models:`` and ``model_ids:``."""
+class PriceConfig(ModelPriceConfig):
+    """The older ``prices:`` key, still read: each entry as a ``models:`` entry with a ``price``
+    (these prices), after those of ``models:`` and ``model_ids:``."""
 
     model: str = field(
         default="",
         metadata=doc("A model id or glob (fnmatch: `claude-opus-4-5*`; required): a `models:` entry's `match`."),
-    )
-    input: float = field(default=0.0, metadata=check(non_negative, doc="USD per million input tokens."))
-    output: float = field(default=0.0, metadata=check(non_negative, doc="USD per million output tokens."))
-    cache_write_5m: float = field(
-        default=-1.0,
-        metadata=check(_price_or_standard, doc="USD per million 5-minute cache-write tokens; -1 = 1.25 x `input`."),
-    )
-    cache_write_1h: float = field(
-        default=-1.0,
-        metadata=check(_price_or_standard, doc="USD per million 1-hour cache-write tokens; -1 = 2 x `input`."),
-    )
-    cache_read: float = field(
-        default=-1.0,
-        metadata=check(_price_or_standard, doc="USD per million cache-read tokens; -1 = 0.1 x `input`."),
     )
 
 
