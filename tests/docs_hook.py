@@ -11,7 +11,12 @@ HOOK = Path(__file__).resolve().parent.parent / "docs" / "hooks" / "reference.py
 
 
 def load_hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_reference_hook", HOOK)
+    return load_script(HOOK, "docs_reference_hook")
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A script of docs/ (not a package) loaded as a module."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

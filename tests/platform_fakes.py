@@ -5,15 +5,23 @@ bytes it received and the secret of a known test key; refuses an unknown key
 (``UnrecognizedClientException``) or one marked expired (``ExpiredTokenException``) as Bedrock does;
 enforces the body rules it encodes (``anthropic_version``, no ``model`` / ``stream``, only the betas
 in :data:`BEDROCK_BETAS` -- anything else is Bedrock's 400 ``invalid beta flag`` -- and no body field
-without the beta that enables it: "Extra inputs are not permitted"); and answers a stream in real
+without the beta that enables it: "Extra inputs are not permitted"); with ``models`` (the base
+ids it serves, e.g. Claude Code's catalogue's), only their cross-region inference profiles (or an
+ARN) are invoked -- a base id is AWS's on-demand refusal, anything else "The provided model
+identifier is invalid." -- and count-tokens takes the base id; and answers a stream in real
 event-stream frames (:mod:`proxy.formats.eventstream`), or a scripted broken one.
 
 ``FakeVertex`` accepts only the bearer tokens its token endpoint (``/token``, Google's JWT-bearer
-grant, the assertion checked against the service-account key it made) issued and has not expired, and answers rawPredict / streamRawPredict /
-count-tokens in Anthropic form; Google's 401 body otherwise.
+grant, the assertion checked against the service-account key it made) issued and has not
+expired; only the betas of :data:`VERTEX_BETAS` ("Unsupported beta header" otherwise) and no
+body field without its beta; with ``models``, only those model names (Google's 404 otherwise);
+and answers rawPredict / streamRawPredict / count-tokens in Anthropic form; Google's 401 body
+for a bad token.
 
 The tables here are the fakes' own copy of what the platforms document (see tests/formats/
-test_bridging.py for the pages), written independently of ``proxy.formats.bridging``.
+test_bridging.py for the pages) and of what Claude Code itself sends in each platform's mode
+(tests/test_catalogue_oracle.py checks these copies against the pinned Claude Code's bundle),
+written independently of ``proxy.formats.bridging``.
 """
 
 from __future__ import annotations
@@ -65,8 +73,24 @@ FIELD_BETAS = {
 # a service account's JWT names Google's token endpoint as its audience, whatever token_uri says
 GOOGLE_TOKEN_AUDIENCE = "https://oauth2.googleapis.com/token"
 VERTEX_BETAS = frozenset(
-    {"context-1m-2025-08-07", "context-management-2025-06-27", "interleaved-thinking-2025-05-14"}
+    {
+        "context-1m-2025-08-07",
+        "context-management-2025-06-27",
+        "interleaved-thinking-2025-05-14",
+        # what Claude Code 2.1.197 sends to Vertex in its Vertex mode (its third-party list): a
+        # beta Claude Code sends there is one Vertex accepts
+        "claude-code-20250219",
+        "effort-2025-11-24",
+        "tool-search-tool-2025-10-19",
+        "web-search-2025-03-05",
+        "structured-outputs-2025-12-15",
+        "afk-mode-2026-01-31",
+        "fallback-credit-2026-06-01",
+    }
 )
+# Claude Code 2.1.197 sends these in Bedrock's body anthropic_beta
+BEDROCK_BETAS = BEDROCK_BETAS | {"tool-search-tool-2025-10-19"}
+GEOGRAPHIES = ("us", "eu", "apac", "jp", "au", "ca", "us-gov", "global")
 
 
 def _has(body: dict[str, Any], path: str) -> bool:
@@ -113,6 +137,7 @@ class FakeBedrock:
     # after the script: the answer to (path, body) (default: a short text message)
     responder: Callable[[str, dict[str, Any]], Any] | None = None
     count_tokens_reply: bytes | None = None  # instead of {"inputTokens": n}
+    models: frozenset[str] | None = None  # the base model ids served (None: any id)
     url: str = ""
     _runner: web.AppRunner | None = None
 
@@ -180,6 +205,9 @@ class FakeBedrock:
         body = orjson.loads(raw)
         self.seen.append(Seen(request.raw_path, dict(request.headers), body))
         operation = request.match_info["operation"]
+        refused = self._model_problem(request.match_info["model"], operation)
+        if refused is not None:
+            return refused
         if operation == "count-tokens":
             invoke = orjson.loads(base64.b64decode(body["input"]["invokeModel"]["body"]))
             problem = self._body_problem(invoke)
@@ -213,6 +241,26 @@ class FakeBedrock:
             await response.write(chunk_frame(event))
         await response.write_eof()
         return response
+
+    def _model_problem(self, model: str, operation: str) -> web.Response | None:
+        """Bedrock's answers for an id it does not serve (``models`` set): the newer models run
+        on inference profiles only (AWS "Supported Regions and models for inference profiles";
+        list-foundation-models says inferenceTypesSupported: INFERENCE_PROFILE)."""
+        if self.models is None or model.startswith("arn:"):
+            return None
+        geo, _, base = model.partition(".")
+        if operation == "count-tokens":
+            if model in self.models:
+                return None
+        elif geo in GEOGRAPHIES and base in self.models:
+            return None
+        elif model in self.models:
+            return self._refuse(
+                400, "ValidationException",
+                f"Invocation of model ID {model} with on-demand throughput isn't supported. Retry"
+                " your request with the ID or ARN of an inference profile that contains this model.",
+            )
+        return self._refuse(400, "ValidationException", "The provided model identifier is invalid.")
 
     def _broken(self, how: str) -> bytes:
         good = chunk_frame(orjson.dumps({"type": "ping"}))
@@ -255,6 +303,7 @@ class FakeVertex:
     seen: list[Seen] = field(default_factory=list)
     token_grants: int = 0
     token_lifetime: int = 3600
+    models: frozenset[str] | None = None  # the model names served (None: any)
     _public_pem: bytes = b""
     url: str = ""
     _runner: web.AppRunner | None = None
@@ -349,6 +398,22 @@ class FakeVertex:
             return web.json_response(
                 {"error": {"code": 400, "message": "anthropic_version is required", "status": "INVALID_ARGUMENT"}},
                 status=400,
+            )
+        for path, beta in FIELD_BETAS.items():
+            if _has(body, path) and beta not in betas:
+                return web.json_response(
+                    {"type": "error", "error": {"type": "invalid_request_error",
+                                                "message": f"{path}: Extra inputs are not permitted"}},
+                    status=400,
+                )
+        served = body.get("model") if model == "count-tokens" else model
+        if self.models is not None and served not in self.models:
+            return web.json_response(
+                {"error": {"code": 404, "status": "NOT_FOUND", "message": (
+                    f"Publisher Model `projects/{self.project}/locations/{self.location}/publishers"
+                    f"/anthropic/models/{served}` was not found or your project does not have"
+                    " access to it.")}},
+                status=404,
             )
         if model == "count-tokens":
             return web.json_response({"input_tokens": 10 + len(body["messages"])})

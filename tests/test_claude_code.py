@@ -315,6 +315,27 @@ def _clean_env(home: Path, base_url: str) -> dict[str, str]:
     return env
 
 
+def mode_env(mode: str, home: Path, url: str) -> dict[str, str]:
+    """Claude Code's environment for ``mode``: ``anthropic`` (``ANTHROPIC_BASE_URL``), or the
+    platforms' own client modes at ``url`` (``bedrock``, ``vertex``: their auth skipped, the
+    proxy holds the credentials)."""
+    env = _clean_env(home, url)
+    if mode == "bedrock":
+        del env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_API_KEY"]
+        env.update(
+            CLAUDE_CODE_USE_BEDROCK="1", CLAUDE_CODE_SKIP_BEDROCK_AUTH="1",
+            ANTHROPIC_BEDROCK_BASE_URL=url, AWS_REGION="us-east-1",
+        )
+    elif mode == "vertex":
+        del env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_API_KEY"]
+        env.update(
+            CLAUDE_CODE_USE_VERTEX="1", CLAUDE_CODE_SKIP_VERTEX_AUTH="1",
+            ANTHROPIC_VERTEX_BASE_URL=url + "/v1", ANTHROPIC_VERTEX_PROJECT_ID="proj-x",
+            CLOUD_ML_REGION="us-east5",
+        )
+    return env
+
+
 def _describe(
     proc: subprocess.CompletedProcess[str] | None,
     tapped: list[TappedRequest],

@@ -46,11 +46,11 @@ from tests.harness import LoopThread, ProxyServer
 from tests.test_claude_code import (
     RUN_TIMEOUT,
     Tap,
-    _clean_env,
     _describe,
     _proxy_error_answers,
     _strip_cache_control,
     find_claude,
+    mode_env,
 )
 from tests.test_claude_code_retrieval import CODE, PROMPT, RETRIEVE, make_model
 from tests.upstream import FakeUpstream, RecordedRequest
@@ -64,22 +64,7 @@ MODELS = {
 
 
 def _env(mode: str, home: Path, url: str) -> dict[str, str]:
-    env = _clean_env(home, url)
-    env["ANTHROPIC_MODEL"] = MODELS[mode]
-    if mode == "bedrock":
-        del env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_API_KEY"]
-        env.update(
-            CLAUDE_CODE_USE_BEDROCK="1", CLAUDE_CODE_SKIP_BEDROCK_AUTH="1",
-            ANTHROPIC_BEDROCK_BASE_URL=url, AWS_REGION="us-east-1",
-        )
-    elif mode == "vertex":
-        del env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_API_KEY"]
-        env.update(
-            CLAUDE_CODE_USE_VERTEX="1", CLAUDE_CODE_SKIP_VERTEX_AUTH="1",
-            ANTHROPIC_VERTEX_BASE_URL=url + "/v1", ANTHROPIC_VERTEX_PROJECT_ID="proj-x",
-            CLOUD_ML_REGION="us-east5",
-        )
-    return env
+    return {**mode_env(mode, home, url), "ANTHROPIC_MODEL": MODELS[mode]}
 
 
 def _view(request: RecordedRequest) -> list[Any]:

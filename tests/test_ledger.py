@@ -19,7 +19,8 @@ import httpx2 as httpx
 import orjson
 import pytest
 
-from proxy.core.ledger import PriceTable, cost_of, row_sums, usage_from
+from proxy.core.catalogue import price_of
+from proxy.core.ledger import cost_of, row_sums, usage_from
 from proxy.server.appkeys import METRICS, STORE
 from proxy.server.ledger import LEDGER, record_upstream_call
 from proxy.server.maintenance.retention import RETENTION
@@ -302,7 +303,7 @@ def test_summary_buckets_cover_the_range(upstream: FakeUpstream, keyed: ProxySer
     assert summary["totals"]["cache_read_input_tokens"] == 80000
     assert summary["totals"]["cache_creation_1h_input_tokens"] == 4000
     assert summary["totals"]["cache_hit_ratio"] == pytest.approx(40000 / 43012)
-    price = PriceTable().price(SONNET)
+    price = price_of(SONNET)
     assert price is not None
     one = row_sums(kind="client", status=200, usage=usage_from(CACHED_USAGE), tokens_before=0, tokens_after=0,
                    plan="none", summary="skipped", compaction_id=None)

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.config.models import catalogue_of
 from proxy.config.settings import parse_config
+from proxy.core.catalogue import Catalogue
 from proxy.core.ledger import (
-    DEFAULT_PRICES,
     Price,
-    PriceTable,
     Sums,
     Usage,
     cache_hit_ratio,
@@ -26,7 +26,6 @@ from proxy.core.ledger import (
     total_input,
     usage_from,
 )
-from proxy.server.ledger import price_table
 from proxy.server.relay.usage import UsageTap
 from tests.upstream import frame
 
@@ -156,8 +155,8 @@ def test_savings_table() -> None:
     assert savings_of(_sums(raw, 200_000, 100_000), SONNET) == pytest.approx((90_000 * 0.30 + 10_000 * 3) / 1e6)
 
 
-def test_prices_match_models_by_glob_with_the_configured_ones_first() -> None:
-    table = PriceTable()
+def test_prices_come_from_the_catalogue_with_the_configured_ones_first() -> None:
+    table = Catalogue()
     assert table.price("claude-sonnet-4-5-20250929") == Price(3, 3.75, 6, 0.3, 15)
     assert table.price("claude-opus-4-5") == Price(5, 6.25, 10, 0.5, 25)
     assert table.price("claude-opus-4-1-20250805") == Price(15, 18.75, 30, 1.5, 75)
@@ -169,11 +168,16 @@ def test_prices_match_models_by_glob_with_the_configured_ones_first() -> None:
         {"model": "claude-sonnet-4*", "input": 2, "output": 10},
         {"model": "my-model", "input": 1, "output": 2, "cache_read": 0.5, "cache_write_1h": 1.5},
     ]})
-    mine = price_table(config)
+    mine = catalogue_of(config)
     assert mine.price("claude-sonnet-4-5") == Price(2, 2.5, 4, 0.2, 10)
     assert mine.price("my-model") == Price(1, 1.25, 1.5, 0.5, 2)
     assert mine.price("claude-opus-4-5") == table.price("claude-opus-4-5")
-    assert len(mine.entries) == len(DEFAULT_PRICES) + 2
+    assert mine.resolve("my-model").price.origin == "config prices[1]"
+    assert mine.resolve("claude-opus-4-5").price.origin == "built-in"
+    # the same through the models: section, the newer spelling
+    newer = catalogue_of(parse_config({"models": [{"match": "claude-sonnet-4*", "price": {"input": 2, "output": 10}}]}))
+    assert newer.price("claude-sonnet-4-5") == Price(2, 2.5, 4, 0.2, 10)
+    assert newer.resolve("claude-sonnet-4-5").price.origin == "config models[0]"
 
 
 def test_bad_price_config_is_refused_naming_the_key() -> None:
@@ -189,7 +193,7 @@ def test_bad_price_config_is_refused_naming_the_key() -> None:
 
 def test_unpriced_models_are_counted_but_not_costed() -> None:
     raw = {"input_tokens": 1_000_000, "output_tokens": 0}
-    totals = price_sums([("claude-sonnet-4-5", _sums(raw)), ("mystery", _sums(raw))], PriceTable())
+    totals = price_sums([("claude-sonnet-4-5", _sums(raw)), ("mystery", _sums(raw))], Catalogue())
     assert totals.sums.input_tokens == 2_000_000
     assert totals.cost.input == pytest.approx(3)
     assert totals.unpriced_models == ("mystery",)
@@ -206,7 +210,7 @@ def test_a_session_of_unpriced_models_has_no_cost_or_savings_never_zero() -> Non
     """Nothing priced: cost and savings are unknown (null), and said why; never $0."""
     raw = {"input_tokens": 1_000, "output_tokens": 10}
     totals = price_sums(
-        [("claude-x", _sums(raw, 9_000, 3_000)), ("claude-y", _sums(raw))], PriceTable()
+        [("claude-x", _sums(raw, 9_000, 3_000)), ("claude-y", _sums(raw))], Catalogue()
     )
     shown = totals.to_json()
     assert shown["cost_usd"] is None and shown["savings_usd"] is None
@@ -216,15 +220,15 @@ def test_a_session_of_unpriced_models_has_no_cost_or_savings_never_zero() -> Non
     )
     assert shown["tokens_saved"] == 6_000 and shown["tokens_saved_ratio"] == pytest.approx(6_000 / 9_000)
     # no tokens at all: nothing to flag, and nothing was spent
-    empty = price_sums([], PriceTable()).to_json()
+    empty = price_sums([], Catalogue()).to_json()
     assert empty["cost_usd"]["total"] == 0 and empty["savings_usd"] == 0
     assert empty["unpriced_note"] is None and empty["tokens_saved_ratio"] is None
 
 
 def test_the_demo_model_has_its_own_price() -> None:
-    """``context-proxy serve --demo``'s model is priced (as the demo's own row), so the demo's
+    """``context-proxy serve --demo``'s model is priced (its catalogue row, the demo's own), so the demo's
     savings are shown in dollars."""
-    price = PriceTable().price("claude-demo-1")
+    price = Catalogue().price("claude-demo-1")
     assert price == Price.standard(3, 15)
-    totals = price_sums([("claude-demo-1", _sums({"input_tokens": 3_000}, 9_000, 3_000))], PriceTable())
+    totals = price_sums([("claude-demo-1", _sums({"input_tokens": 3_000}, 9_000, 3_000))], Catalogue())
     assert totals.priced and totals.savings == pytest.approx(6_000 * 3 / 1e6)

@@ -1,4 +1,4 @@
-"""Limits follow the model: the context window table, the 1M beta, config overrides, ``auto``
+"""Limits follow the model: the catalogue's windows, the 1M beta, config overrides, ``auto``
 hard limits and relative thresholds, validated by ``check-config`` and applied on the wire."""
 
 from __future__ import annotations
@@ -13,17 +13,13 @@ import anthropic
 import orjson
 import pytest
 
-from proxy.config.compaction import limits_for, model_windows, policy_from_config
+from proxy.config.compaction import limits_for, policy_from_config
+from proxy.config.models import catalogue_of
 from proxy.config.schema import ConfigError
 from proxy.config.settings import CompactionConfig, parse_config
-from proxy.core.limits import (
-    BETA_1M,
-    DEFAULT_CONTEXT_WINDOW,
-    ModelWindow,
-    betas_of,
-    context_window,
-    resolve_limits,
-)
+from proxy.core.catalogue import Catalogue, make_entry
+from proxy.core.catalogue_data import BETA_1M, DEFAULT_CONTEXT_WINDOW
+from proxy.core.limits import betas_of, resolve_limits
 from proxy.core.tokens import TokenCounter
 from tests.upstream import FakeUpstream, Reply, message_json
 
@@ -36,30 +32,32 @@ KEY = "sk-ant-limits-test-000222"
         ("claude-sonnet-4-5", (), 200_000),
         ("claude-sonnet-4-5", (BETA_1M,), 1_000_000),
         ("claude-sonnet-4-5-20250929", (BETA_1M, "other-beta"), 1_000_000),
-        ("claude-sonnet-4-6", (BETA_1M,), 1_000_000),
+        ("claude-sonnet-4-6", (), 1_000_000),  # 1M on its page, without the beta
         ("claude-opus-4-6", (BETA_1M,), 1_000_000),
-        ("claude-opus-4-8", (BETA_1M,), 1_000_000),
+        ("claude-opus-4-8", (), 1_000_000),
+        ("us.anthropic.claude-opus-4-8", (), 1_000_000),  # any platform's spelling
         ("claude-opus-4-5", (BETA_1M,), 200_000),  # the beta does nothing for it
         ("claude-haiku-4-5", (BETA_1M,), 200_000),
-        ("claude-fable-5", (), 200_000),
+        ("claude-fable-5", (), 1_000_000),
         ("some-other-model", (BETA_1M,), DEFAULT_CONTEXT_WINDOW),
     ],
 )
 def test_builtin_windows(model: str, betas: tuple[str, ...], window: int) -> None:
-    assert context_window(model, betas) == window
+    assert Catalogue().window(model, betas) == window
 
 
 def test_config_entries_come_first_in_their_order() -> None:
-    overrides = (
-        ModelWindow("claude-sonnet-4-5*", 150_000),
-        ModelWindow("claude-*", 300_000, 2_000_000),
-        ModelWindow("mine-*", 32_000),
-    )
-    assert context_window("claude-sonnet-4-5", (BETA_1M,), overrides) == 150_000
-    assert context_window("claude-haiku-4-5", (), overrides) == 300_000
-    assert context_window("claude-haiku-4-5", (BETA_1M,), overrides) == 2_000_000
-    assert context_window("mine-7b", (), overrides) == 32_000
-    assert context_window("Claude-Sonnet-4-5", (), overrides) == DEFAULT_CONTEXT_WINDOW  # case
+    catalogue = Catalogue([
+        make_entry("claude-sonnet-4-5*", "models[0]", context_window=150_000),
+        make_entry("claude-*", "models[1]", context_window=300_000, context_window_1m=2_000_000),
+        make_entry("mine-*", "models[2]", context_window=32_000),
+    ])
+    assert catalogue.window("claude-sonnet-4-5", (BETA_1M,)) == 150_000  # the entry decides both
+    assert catalogue.window("claude-sonnet-4-5", ()) == 150_000
+    assert catalogue.window("claude-haiku-4-5", ()) == 300_000
+    assert catalogue.window("claude-haiku-4-5", (BETA_1M,)) == 2_000_000
+    assert catalogue.window("mine-7b", ()) == 32_000
+    assert catalogue.window("Claude-Sonnet-4-5", ()) == DEFAULT_CONTEXT_WINDOW  # case
 
 
 def test_resolution() -> None:
@@ -93,7 +91,9 @@ def test_config_forms_and_check_config(tmp_path: Path) -> None:
         }
     )
     assert config.compaction.threshold == "40%" and config.compaction.hard_limit == "95%"
-    assert model_windows(config.models) == (ModelWindow("mine-*", 32_000, 64_000),)
+    mine = catalogue_of(config)
+    assert (mine.window("mine-7b"), mine.window("mine-7b", [BETA_1M])) == (32_000, 64_000)
+    assert mine.resolve("mine-7b").context_window.origin == "config models[0]"
     assert CompactionConfig().hard_limit == "auto"
 
     bad = {
@@ -102,7 +102,7 @@ def test_config_forms_and_check_config(tmp_path: Path) -> None:
             "hard_limit": "automatic",
             "summary": {"input_budget": 1_000, "max_tokens": 2_000, "max_calls": 0},
         },
-        "models": [{"match": "", "context_window": 0}, {"match": "x", "context_window_1m": -5}],
+        "models": [{"match": "", "context_window": -1}, {"match": "x", "context_window_1m": -5}],
     }
     with pytest.raises(ConfigError) as info:
         parse_config(bad, "bad.yaml")
@@ -111,8 +111,8 @@ def test_config_forms_and_check_config(tmp_path: Path) -> None:
     assert any("key 'compaction.hard_limit'" in e and '"auto"' in e for e in errors)
     assert any("key 'compaction.summary.max_calls': expected a positive number" in e for e in errors)
     assert any("key 'models[0].context_window': expected a positive number" in e for e in errors)
-    assert any("key 'models[0].match': expected a non-empty glob" in e for e in errors)
-    assert any("key 'models[1].context_window_1m': expected a positive number of tokens or 0" in e for e in errors)
+    assert any("key 'models[0].match': expected a model id or a non-empty glob" in e for e in errors)
+    assert any("key 'models[1].context_window_1m': expected a positive number of tokens, or 0" in e for e in errors)
     # the cross-key checks run once every key is well-formed
     with pytest.raises(ConfigError) as info:
         parse_config(
@@ -123,7 +123,7 @@ def test_config_forms_and_check_config(tmp_path: Path) -> None:
         )
     errors = info.value.errors
     assert any("key 'compaction.summary.input_budget': expected at least" in e for e in errors)
-    assert any("key 'models[0].match': expected a non-empty glob" in e for e in errors)
+    assert any("key 'models[0].match': expected a model id or a non-empty glob" in e for e in errors)
     for text in ("compaction: {threshold: '150%'}\n", "compaction: {threshold: [1]}\n"):
         path = tmp_path / "c.yaml"
         path.write_text(text)

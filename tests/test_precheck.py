@@ -8,8 +8,9 @@ import dataclasses
 from typing import Any
 
 from proxy.config.compaction import limits_for, policy_from_config
+from proxy.core.catalogue_data import BETA_1M
 from proxy.core.compaction.digest import Resent, digests
-from proxy.core.limits import BETA_1M, betas_of
+from proxy.core.limits import betas_of
 from proxy.server.appkeys import COMPACTION
 
 HISTORY: list[dict[str, Any]] = [

@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from proxy.core.ledger import DEFAULT_PRICES, Price, PriceTable
+from proxy.core.catalogue import price_of
+from proxy.core.ledger import Price
 from proxy.core.provider_usage import Usage, billing
 from proxy.core.quota import (
     NANO_USD,
@@ -141,7 +142,7 @@ def test_headers_show_the_tightest_scope_per_metric() -> None:
 
 def test_a_call_costs_what_the_ledger_charges_cache_writes_and_reads_at_their_own_prices() -> None:
     # Sonnet 4.5: input 3, 5m write 3.75, 1h write 6, read 0.30, output 15 (USD per million)
-    price = PriceTable(DEFAULT_PRICES).price("claude-sonnet-4-5")
+    price = price_of("claude-sonnet-4-5")
     assert price == Price(3, 3.75, 6, 0.3, 15)
     raw = {
         "input_tokens": 1000,

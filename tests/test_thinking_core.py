@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from proxy.core.catalogue import Catalogue, make_entry
 from proxy.core.thinking import (
     BindingRecords,
     PrefixKeys,
     answer_bindings,
-    binds_thinking,
     client_behavior,
     decide,
     thinking_blocks,
@@ -49,8 +49,9 @@ def _convo() -> list[dict[str, Any]]:
     ("model", "overrides", "expected"),
     [
         ("claude-fable-5-1", (), True),
-        ("claude-mythos-5-1-20260901", (), True),
-        ("anthropic.claude-fable-5-1-v1:0", (), True),  # Bedrock's spelling
+        ("claude-mythos-5-1", (), True),
+        ("us.anthropic.claude-fable-5-1", (), True),  # Bedrock's spelling
+        ("claude-haiku-5-5", (), True),
         ("claude-opus-5-5", (), True),
         ("claude-opus-4-8", (), False),
         ("claude-fake-1", (), False),
@@ -59,7 +60,8 @@ def _convo() -> list[dict[str, Any]]:
     ],
 )
 def test_which_models_bind(model: str, overrides: Any, expected: bool) -> None:
-    assert binds_thinking(model, overrides) is expected
+    entries = [make_entry(glob, f"models[{i}]", binds_thinking=b) for i, (glob, b) in enumerate(overrides)]
+    assert Catalogue(entries).binds_thinking(model) is expected
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,8 @@ def test_a_message_goes_to_bedrock_signed_and_comes_back_as_the_sdk_expects(
     )
     assert message.content[0].text == "Hello from fake Bedrock."  # type: ignore[union-attr]
     [seen] = bedrock.seen
-    assert seen.path == "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
+    # profile_geo "auto": the geography Claude Code uses for us-east-1 in front of the base id
+    assert seen.path == "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
     assert seen.body["anthropic_version"] == "bedrock-2023-05-31"
     assert "model" not in seen.body and "stream" not in seen.body
     assert seen.body["messages"] == [{"role": "user", "content": "Hi"}]
@@ -304,8 +305,11 @@ def test_models_come_from_the_table_and_other_routes_are_a_clear_404(
 ) -> None:
     proxy = bedrock_proxy(make_proxy, bedrock)
     sdk = client(proxy)
-    ids = [model.id for model in sdk.models.list()]
-    assert MODEL in ids and "claude-opus-4-6" in ids
+    listed = list(sdk.models.list())
+    ids = [model.id for model in listed]
+    assert MODEL in ids and "claude-opus-4-6" in ids and "claude-opus-4-8" in ids
+    assert "claude-demo-1" not in ids and "claude-mythos-5" not in ids  # no Bedrock id known
+    assert {m.id: m.display_name for m in listed}["claude-opus-4-8"] == "Claude Opus 4.8"
     assert sdk.models.retrieve("claude-haiku-4-5").id == "claude-haiku-4-5-20251001"
     with pytest.raises(anthropic.NotFoundError) as caught:
         sdk.messages.batches.list()
@@ -356,8 +360,9 @@ def test_the_summary_call_goes_to_the_tenants_bedrock_upstream(
     )
     assert response.headers["x-compaction-summary"] == "ok"
     paths = [s.path for s in bedrock.seen]
-    assert paths[0] == "/model/anthropic.claude-summary-test-v1%3A0/invoke"  # signed, to Bedrock
-    assert paths[-1] == "/model/anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
+    # signed, to Bedrock; a model the catalogue does not know gets the published rule's id
+    assert paths[0] == "/model/us.anthropic.claude-summary-test/invoke"
+    assert paths[-1] == "/model/us.anthropic.claude-sonnet-4-5-20250929-v1%3A0/invoke"
     forwarded = json.dumps(bedrock.seen[-1].body)
     assert "SUMMARY: goal was X" in forwarded
 
@@ -444,7 +449,7 @@ def test_a_request_without_a_model_or_for_an_unknown_model_entry(
     with pytest.raises(anthropic.NotFoundError) as missing:
         client(proxy).models.retrieve("claude-none-1")
     assert missing.value.body["error"]["message"] == (  # type: ignore[index]
-        "model: claude-none-1 is not in the proxy's model table"
+        "model: claude-none-1 is not in the proxy's model catalogue"
     )
     assert bedrock.seen == []
 
@@ -530,3 +535,72 @@ def test_a_body_the_platform_refuses_before_sending_is_no_upstream_call_in_the_l
     rows = loop_thread.run(proxy.app[STORE].usage_rows("default", UsageQuery()))
     assert [(r.entry.kind, r.entry.status, r.entry.model) for r in rows] == [("client", 200, MODEL)]
     assert len(bedrock.seen) == 1
+
+
+ARN = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/abc123"
+ARN_PATH = "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A123456789012%3Aapplication-inference-profile%2Fabc123/invoke"
+
+
+@pytest.mark.parametrize("key", ["models", "model_ids"])
+def test_an_application_profile_arn_reaches_bedrock_as_given_with_profile_geo_set(
+    key: str, aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    """profile_geo goes in front of bare ids only: never ``us.arn:aws:bedrock:...`` (both the
+    models: key and the older model_ids: key)."""
+    entry = {"match": MODEL, "bedrock": ARN} if key == "models" else {"anthropic": MODEL, "bedrock": ARN}
+    proxy = make_proxy(
+        upstream={"format": "bedrock", "region": "us-east-1", "endpoint_url": bedrock.url, "profile_geo": "us"},
+        **{key: [entry]},
+    )
+    client(proxy).messages.create(model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    client(proxy).messages.create(model=ARN, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert [s.path for s in bedrock.seen] == [ARN_PATH, ARN_PATH]
+
+
+def test_an_id_that_carries_a_geography_is_sent_as_given(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    proxy = bedrock_proxy(make_proxy, bedrock, profile_geo="us")
+    for model in ("eu.anthropic.claude-haiku-4-5-20251001-v1:0", "anthropic.claude-haiku-4-5-20251001-v1:0"):
+        client(proxy).messages.create(model=model, max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert [s.path for s in bedrock.seen] == [
+        "/model/eu.anthropic.claude-haiku-4-5-20251001-v1%3A0/invoke",  # as given
+        "/model/us.anthropic.claude-haiku-4-5-20251001-v1%3A0/invoke",  # a bare id: profile_geo
+    ]
+
+
+def test_a_model_the_catalogue_does_not_know_goes_by_the_rule_and_a_refusal_names_the_entry(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    bedrock.models = frozenset({"anthropic.claude-opus-4-8", "anthropic.claude-opus-9-v2:0"})
+    proxy = bedrock_proxy(make_proxy, bedrock)
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client(proxy).messages.create(model="claude-opus-9", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert bedrock.seen[-1].path == "/model/us.anthropic.claude-opus-9/invoke"  # no invented -v1:0
+    message = caught.value.body["error"]["message"]  # type: ignore[index]
+    assert message.startswith(
+        "The provided model identifier is invalid. (the proxy's model catalogue does not know"
+        " 'claude-opus-9'; it sent 'us.anthropic.claude-opus-9' by the published id rule."
+    )
+    assert "add a models: entry {match: claude-opus-9, bedrock: <its id>}" in message
+    # a known model refused for another reason keeps Bedrock's words alone
+    client(proxy).messages.create(model="claude-opus-4-8", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    # the entry the note names makes it work
+    proxy = make_proxy(
+        upstream={"format": "bedrock", "region": "us-east-1", "endpoint_url": bedrock.url},
+        models=[{"match": "claude-opus-9", "bedrock": "anthropic.claude-opus-9-v2:0"}],
+    )
+    client(proxy).messages.create(model="claude-opus-9", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert bedrock.seen[-1].path == "/model/us.anthropic.claude-opus-9-v2%3A0/invoke"
+
+
+def test_bedrock_refuses_a_bare_id_of_a_model_served_by_profiles_with_its_own_words(
+    aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory
+) -> None:
+    """profile_geo "" sends the base id, which Bedrock runs on-demand for no newer model."""
+    bedrock.models = frozenset({"anthropic.claude-opus-4-8"})
+    proxy = bedrock_proxy(make_proxy, bedrock, profile_geo="")
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        client(proxy).messages.create(model="claude-opus-4-8", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert "with on-demand throughput isn't supported" in caught.value.body["error"]["message"]  # type: ignore[index]
+    assert "catalogue" not in caught.value.body["error"]["message"]  # type: ignore[index]

@@ -128,28 +128,31 @@ class _NeverValid(dict[str, bool]):
 def test_unsupported_betas_are_dropped_and_supported_ones_sent_as_a_header(
     vertex: FakeVertex, make_proxy: ProxyFactory, tmp_path: Path
 ) -> None:
+    """What Claude Code itself sends to Vertex (its own beta, effort with ``output_config.effort``)
+    reaches Vertex; a first-party-only beta goes, with the field it enables."""
     proxy = vertex_proxy(make_proxy, vertex, tmp_path)
     response = client(proxy).messages.with_raw_response.create(
         model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "Hi"}],
-        extra_headers={"anthropic-beta": "claude-code-20250219,context-1m-2025-08-07,effort-2025-11-24"},
-        extra_body={"output_config": {"effort": "high"}},
+        extra_headers={"anthropic-beta": "claude-code-20250219,context-1m-2025-08-07,effort-2025-11-24,"
+                       "task-budgets-2026-03-13"},
+        extra_body={"output_config": {"effort": "high", "task_budget": {"type": "tokens", "total": 9}}},
     )
     assert response.status_code == 200
     seen = vertex.seen[0]
-    assert seen.headers["anthropic-beta"] == "context-1m-2025-08-07"
-    assert seen.body.get("output_config") == {}  # effort went with its beta
-    assert response.headers["x-upstream-betas-dropped"] == "claude-code-20250219,effort-2025-11-24"
-    assert response.headers["x-upstream-fields-dropped"] == "output_config.effort"
+    assert seen.headers["anthropic-beta"] == "claude-code-20250219,context-1m-2025-08-07,effort-2025-11-24"
+    assert seen.body["output_config"] == {"effort": "high"}  # the budget went with its beta
+    assert response.headers["x-upstream-betas-dropped"] == "task-budgets-2026-03-13"
+    assert response.headers["x-upstream-fields-dropped"] == "output_config.task_budget"
 
 
 def test_vertexs_own_error_keeps_its_wording(
     vertex: FakeVertex, make_proxy: ProxyFactory, tmp_path: Path
 ) -> None:
-    proxy = vertex_proxy(make_proxy, vertex, tmp_path, accepted_betas=["claude-code-20250219"])
+    proxy = vertex_proxy(make_proxy, vertex, tmp_path, accepted_betas=["files-api-2025-04-14"])
     with pytest.raises(anthropic.BadRequestError) as caught:
-        ask(proxy, extra_headers={"anthropic-beta": "claude-code-20250219"})
+        ask(proxy, extra_headers={"anthropic-beta": "files-api-2025-04-14"})
     assert caught.value.body["error"] == {  # type: ignore[index]
-        "type": "invalid_request_error", "message": "Unsupported beta header: claude-code-20250219"
+        "type": "invalid_request_error", "message": "Unsupported beta header: files-api-2025-04-14"
     }
 
 
@@ -177,3 +180,18 @@ def test_unreadable_credentials_are_a_502_without_the_file_contents(
     assert caught.value.status_code == 502
     assert "Google credentials" in caught.value.message
     assert "SECRET-KEY" not in caught.value.message and vertex.seen == []
+
+
+def test_a_model_vertex_does_not_serve_is_its_404_naming_the_entry_to_add(
+    vertex: FakeVertex, make_proxy: ProxyFactory, tmp_path: Path
+) -> None:
+    vertex.models = frozenset({"claude-opus-4-8"})
+    proxy = vertex_proxy(make_proxy, vertex, tmp_path)
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        client(proxy).messages.create(model="claude-opus-9", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert vertex.seen[-1].path.endswith("/models/claude-opus-9:rawPredict")
+    message = caught.value.body["error"]["message"]  # type: ignore[index]
+    assert "was not found or your project does not have access to it" in message
+    assert "add a models: entry {match: claude-opus-9, vertex: <its id>}" in message
+    answer = client(proxy).messages.create(model="claude-opus-4-8", max_tokens=10, messages=[{"role": "user", "content": "Hi"}])
+    assert "claude-opus-4-8" in answer.content[0].text  # type: ignore[union-attr]

@@ -1,5 +1,5 @@
-"""The ``context-proxy`` command: ``serve``, ``check-config``, ``migrate``, ``replay``, ``admin``,
-``demo-upstream``."""
+"""The ``context-proxy`` command: ``serve``, ``check-config``, ``migrate``, ``replay``, ``models``,
+``admin``, ``demo-upstream``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from proxy.cli import admin as admin_cli
 from proxy.cli import migrate as migrate_cli
+from proxy.cli import models as models_cli
 from proxy.config.environment import (
     admin_tokens_from_env,
     config_path_from_env,
@@ -165,15 +166,17 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         line = " ".join(str(exc).split()) or type(exc).__name__
         print(f"replay: {line}", file=sys.stderr)
         return 2
-    from proxy.config.compaction import limits_for, model_windows
+    from proxy.config.compaction import limits_for
+    from proxy.config.models import catalogue_of
+    from proxy.core.catalogue_data import REPLAY_MODEL
 
     # the limits of the conversation's model, as the edge resolves them per request
     limits = limits_for(
         config.compaction,
-        conversation.model or "claude-sonnet-4-5",
+        conversation.model or REPLAY_MODEL,
         [b.strip() for b in (args.betas or "").split(",") if b.strip()],
         args.max_tokens,
-        model_windows(config.models),
+        catalogue_of(config),
     )
     try:
         policy = with_overrides(
@@ -290,6 +293,16 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--plot", metavar="OUT.png", help="draw tokens per request before/after (needs matplotlib)")
     replay.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     replay.set_defaults(func=_cmd_replay)
+    models = sub.add_parser(
+        "models",
+        help="what the proxy knows of each model (ids per platform, windows, prices, thinking"
+        " binding) and whether each value is built in or from the config",
+        description="Print the model catalogue as this config makes it: the built-in rows and"
+        " the config's models: entries (and the older model_ids:/prices: keys). With MODEL"
+        " names (any platform's spelling), every value of those models with its origin and source.",
+    )
+    models_cli.configure(models)
+    models.set_defaults(func=models_cli.run)
     admin = sub.add_parser(
         "admin",
         help="read and change durable state through the admin API (token from an env var)",

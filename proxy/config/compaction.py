@@ -9,34 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from proxy.config.settings import CompactionConfig, ModelConfig
+from proxy.config.settings import CompactionConfig
+from proxy.core.catalogue import Catalogue, built_in
+from proxy.core.catalogue_data import DEFAULT_CONTEXT_WINDOW
 from proxy.core.compaction import (
     DEFAULT_READ_TOOLS,
     DEFAULT_SUMMARY_PROMPT,
     CompactionPolicy,
     ReadTool,
 )
-from proxy.core.limits import (
-    DEFAULT_CONTEXT_WINDOW,
-    Limits,
-    ModelWindow,
-    context_window,
-    resolve_limits,
-)
-
-
-def model_windows(models: Iterable[ModelConfig]) -> tuple[ModelWindow, ...]:
-    """The config's ``models:`` entries as the core's table rows."""
-    return tuple(
-        ModelWindow(m.match, m.context_window, m.context_window_1m or None) for m in models
-    )
-
-
-def thinking_overrides(models: Iterable[ModelConfig]) -> tuple[tuple[str, bool], ...]:
-    """The config's ``models:`` entries that say whether their models bind thinking blocks."""
-    return tuple(
-        (m.match, m.thinking_binding == "prefix") for m in models if m.thinking_binding != "auto"
-    )
+from proxy.core.limits import Limits, resolve_limits
 
 
 def limits_for(
@@ -44,10 +26,11 @@ def limits_for(
     model: str,
     betas: Iterable[str] = (),
     max_tokens: object = 0,
-    models: tuple[ModelWindow, ...] = (),
+    catalogue: Catalogue | None = None,
 ) -> Limits:
-    """The threshold and hard limit of one request (its model, betas and ``max_tokens``)."""
-    window = context_window(model, frozenset(betas), models)
+    """The threshold and hard limit of one request (its model, betas and ``max_tokens``), the
+    window from ``catalogue`` (the built-in one without)."""
+    window = (catalogue or built_in()).window(model, frozenset(betas))
     return resolve_limits(config.threshold, config.hard_limit, window, max_tokens)
 
 

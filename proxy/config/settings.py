@@ -39,6 +39,7 @@ from proxy.config.schema import (
 from proxy.config.tracing import TracingConfig
 from proxy.config.tracing_env import sdk_disabled, tracing_values
 from proxy.config.upstream import UpstreamConfig
+from proxy.core.catalogue_data import SUMMARY_MODEL
 from proxy.core.limits import limit_problem
 
 
@@ -175,7 +176,7 @@ class StoreConfig:
 
 @dataclass(frozen=True, slots=True)
 class SummaryConfig:
-    model: str = field(default="claude-haiku-4-5", metadata=doc("The model that writes L4 summaries (`mode: proxy`)."))
+    model: str = field(default=SUMMARY_MODEL, metadata=doc("The model that writes L4 summaries (`mode: proxy`)."))
     max_tokens: int = field(default=2000, metadata=check(positive, doc="`max_tokens` of one summary call."))
     timeout_seconds: float = field(
         default=60.0, metadata=check(positive, doc="One summary call's deadline; then the pruned view is kept.")
@@ -310,48 +311,108 @@ class CompactionConfig:
     )
 
 
+def _tokens_or_unset(value: int) -> str | None:
+    return None if value >= 0 else "a positive number of tokens, or 0 (the catalogue's figure)"
+
+
+def _price_or_standard(value: float) -> str | None:
+    return None if value >= 0 or value == -1 else "a number >= 0 (or -1: the standard multiplier)"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPriceConfig:
+    """A model's price, USD per million tokens; a cache price left at -1 is the provider's usual
+    multiple of ``input``."""
+
+    input: float = field(default=0.0, metadata=check(non_negative, doc="USD per million input tokens."))
+    output: float = field(default=0.0, metadata=check(non_negative, doc="USD per million output tokens."))
+    cache_write_5m: float = field(
+        default=-1.0,
+        metadata=check(_price_or_standard, doc="USD per million 5-minute cache-write tokens; -1 = 1.25 x `input`."),
+    )
+    cache_write_1h: float = field(
+        default=-1.0,
+        metadata=check(_price_or_standard, doc="USD per million 1-hour cache-write tokens; -1 = 2 x `input`."),
+    )
+    cache_read: float = field(
+        default=-1.0,
+        metadata=check(_price_or_standard, doc="USD per million cache-read tokens; -1 = 0.1 x `input`."),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
+    """One ``models:`` entry (:mod:`proxy.core.catalogue`): tried in order before the built-in
+    catalogue, value by value; a value left out is the catalogue's."""
+
     match: str = field(
         default="",
         metadata=check(
-            lambda v: None if v.strip() else "a non-empty glob on the model name",
-            doc="A glob on the request's model name (fnmatch: `*`, `?`, `[..]`; required).",
+            lambda v: None if v.strip() else "a model id or a non-empty glob on the model name",
+            doc="A model id (`claude-opus-4-8`: that model, by any of its spellings), or a glob on the"
+            " model name (`claude-opus-*`, fnmatch: windows, prices and thinking binding only; required).",
         ),
     )
-    context_window: int = field(default=200_000, metadata=check(positive, doc="The model's context window, in tokens."))
+    aliases: tuple[str, ...] = field(
+        default=(), metadata=doc("Other names clients use for this model (an id entry only).")
+    )
+    bedrock: str = field(
+        default="",
+        metadata=doc(
+            "The model's Bedrock id: a base id (`anthropic.claude-opus-4-8`; `upstream.profile_geo` puts"
+            " a geography in front), a cross-region profile (`eu.anthropic...`) or an ARN (both sent as"
+            ' given); `""` = the catalogue\'s, else the published rule.'
+        ),
+    )
+    vertex: str = field(
+        default="",
+        metadata=doc('The model\'s Vertex AI name; `""` = the catalogue\'s, else the published rule.'),
+    )
+    foundry: str = field(
+        default="",
+        metadata=doc('The model\'s Microsoft Foundry deployment name; `""` = the catalogue\'s, else the model id.'),
+    )
+    context_window: int = field(
+        default=0,
+        metadata=check(_tokens_or_unset, doc="The context window in tokens (0 = the catalogue's, else 200,000)."),
+    )
     context_window_1m: int = field(
         default=0,
         metadata=check(
-            lambda v: None if v >= 0 else "a positive number of tokens or 0 (no 1M window)",
-            doc="The window when the request carries the `context-1m-2025-08-07` beta (0: no change).",
+            _tokens_or_unset,
+            doc="The window when the request carries the `context-1m-2025-08-07` beta (0 = the"
+            " catalogue's; an entry that sets either window sets both).",
         ),
+    )
+    max_output: int = field(
+        default=0,
+        metadata=check(_tokens_or_unset, doc="The most output tokens (0 = the catalogue's); shown by `context-proxy models`."),
     )
     thinking_binding: str = field(
         default="auto",
         metadata=check(
             one_of("auto", "prefix", "none"),
-            doc="Whether these models bind thinking blocks to their prefix: `prefix` (they do), `none`"
-            " (they do not), `auto` (the built-in table of `proxy/core/thinking.py` decides).",
+            doc="Whether the model binds thinking blocks to their prefix: `prefix` (it does), `none`"
+            " (it does not), `auto` (the catalogue says).",
         ),
+    )
+    price: ModelPriceConfig | None = field(
+        default=None, metadata=doc("The model's price (USD per million tokens); absent = the catalogue's.")
     )
 
 
 @dataclass(frozen=True, slots=True)
 class ModelIdConfig:
-    """One model's spellings (``proxy.core.model_ids``), before the built-in table."""
+    """The older ``model_ids:`` key, still read: each entry as the ``models:`` entry it stands
+    for, after those of ``models:``."""
 
     anthropic: str = field(
         default="",
-        metadata=check(lambda v: None if v.strip() else "a model id", doc="The Anthropic model id (required)."),
+        metadata=check(lambda v: None if v.strip() else "a model id", doc="The model's Claude API id (required): a `models:` entry's `match`."),
     )
-    bedrock: str = field(
-        default="", metadata=doc('Its Bedrock id, inference profile or ARN (`""` = `anthropic.<id>-v1:0`).')
-    )
-    vertex: str = field(
-        default="", metadata=doc('Its Vertex name (`""` = `<name>@<date>` for a dated id, the id otherwise).')
-    )
-    aliases: tuple[str, ...] = field(default=(), metadata=doc("Other names clients use for it."))
+    bedrock: str = field(default="", metadata=doc("As `models[].bedrock`."))
+    vertex: str = field(default="", metadata=doc("As `models[].vertex`."))
+    aliases: tuple[str, ...] = field(default=(), metadata=doc("As `models[].aliases`."))
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,10 +444,6 @@ class AuthConfig:
     )
 
 
-def _price_or_standard(value: float) -> str | None:
-    return None if value >= 0 or value == -1 else "a number >= 0 (or -1: the standard multiplier)"
-
-
 @dataclass(frozen=True, slots=True)
 class LedgerConfig:
     enabled: bool = field(
@@ -406,24 +463,13 @@ class LedgerConfig:
 
 
 @dataclass(frozen=True, slots=True)
-class PriceConfig:
+class PriceConfig(ModelPriceConfig):
+    """The older ``prices:`` key, still read: each entry as a ``models:`` entry with a ``price``
+    (these prices), after those of ``models:`` and ``model_ids:``."""
+
     model: str = field(
         default="",
-        metadata=doc("A model id or glob (fnmatch: `claude-opus-4-5*`; required); the first match wins, before the built-ins."),
-    )
-    input: float = field(default=0.0, metadata=check(non_negative, doc="USD per million input tokens."))
-    output: float = field(default=0.0, metadata=check(non_negative, doc="USD per million output tokens."))
-    cache_write_5m: float = field(
-        default=-1.0,
-        metadata=check(_price_or_standard, doc="USD per million 5-minute cache-write tokens; -1 = 1.25 x `input`."),
-    )
-    cache_write_1h: float = field(
-        default=-1.0,
-        metadata=check(_price_or_standard, doc="USD per million 1-hour cache-write tokens; -1 = 2 x `input`."),
-    )
-    cache_read: float = field(
-        default=-1.0,
-        metadata=check(_price_or_standard, doc="USD per million cache-read tokens; -1 = 0.1 x `input`."),
+        metadata=doc("A model id or glob (fnmatch: `claude-opus-4-5*`; required): a `models:` entry's `match`."),
     )
 
 
@@ -473,16 +519,16 @@ class Config:
     models: tuple[ModelConfig, ...] = field(
         default=(),
         metadata=doc(
-            "Context windows and thinking binding by model name, tried in order before the built-in"
-            " table (200k for current Claude models; 1M with the `context-1m-2025-08-07` beta where the"
-            " model has it; 200k for a model nothing matches)."
+            "What the proxy knows of each model (platform ids, windows, prices, thinking binding), tried"
+            " in order before its built-in catalogue, value by value (docs/guides/models.md;"
+            " `context-proxy models` prints the result)."
         ),
     )
     model_ids: tuple[ModelIdConfig, ...] = field(
         default=(),
         metadata=doc(
-            "One model's Bedrock id (or inference profile, or ARN) and Vertex name, before the built-in"
-            " table of `proxy/core/model_ids.py`."
+            "Older key, still read as `models:` entries (after them): one model's Bedrock id (or"
+            " inference profile, or ARN), Vertex name and aliases."
         ),
     )
     retention: RetentionConfig = field(
@@ -496,8 +542,8 @@ class Config:
     prices: tuple[PriceConfig, ...] = field(
         default=(),
         metadata=doc(
-            "Prices in USD per million tokens, first match wins, before the built-in table (the usage"
-            " ledger, savings and budgets use them)."
+            "Older key, still read as `models:` entries (after `models:` and `model_ids:`): prices in USD"
+            " per million tokens (the usage ledger, savings and budgets use them)."
         ),
     )
     console: ConsoleConfig = field(default=ConsoleConfig(), metadata=doc("The operator console."))
@@ -564,7 +610,14 @@ def _cross_checks(config: Config, errors: list[str]) -> None:
     check_compaction(config.compaction, "compaction", errors)
     for i, model in enumerate(config.models):
         if not model.match.strip():  # an entry that left ``match`` out
-            errors.append(f"key 'models[{i}].match': expected a non-empty glob on the model name")
+            errors.append(f"key 'models[{i}].match': expected a model id or a non-empty glob on the model name")
+        elif any(c in model.match for c in "*?[") and (
+            model.aliases or model.bedrock or model.vertex or model.foundry
+        ):
+            errors.append(
+                f"key 'models[{i}].match': expected a model id with aliases/bedrock/vertex/foundry"
+                f" (a glob names no one model), got {model.match!r}"
+            )
     errors.extend(config.upstream.problems("upstream"))
     for i, entry in enumerate(config.model_ids):
         if not entry.anthropic.strip():

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from proxy.config.schema import check, doc, http_url, one_of, or_empty, positive
+from proxy.core.platform_ids import GEOGRAPHIES, geography_for_region
 from proxy.formats.bridging import path_problem
 
 UPSTREAM_FORMATS = ("anthropic", "bedrock", "vertex")
@@ -27,6 +28,15 @@ class BetaFieldsConfig:
             doc="Body paths it enables: `a.b`, `a[]` (every item) or `a[type=x]`.",
         ),
     )
+
+
+PROFILE_GEO_AUTO = "auto"
+
+
+def _profile_geo(value: str) -> str | None:
+    if value in ("", PROFILE_GEO_AUTO, *GEOGRAPHIES):
+        return None
+    return '"auto", "" (the base model id) or one of ' + ", ".join(GEOGRAPHIES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +63,13 @@ class UpstreamTarget:
     )
     region: str = field(default="", metadata=doc("`bedrock`: the AWS region (required with `bedrock`)."))
     profile_geo: str = field(
-        default="",
-        metadata=doc(
-            "`bedrock`: the inference-profile geography prefixed to model ids (`us`, `eu`, `apac`,"
-            " `global`); `\"\"` = the model id itself."
+        default=PROFILE_GEO_AUTO,
+        metadata=check(
+            _profile_geo,
+            doc="`bedrock`: the inference-profile geography put in front of a bare model id (`us`, `eu`,"
+            " `apac`, `jp`, `au`, `ca`, `us-gov`, `global`); `auto` = the one Claude Code uses for"
+            " `region` (`us-*` → `us`, `eu-*` → `eu`, `ap-*` → `apac`, else `global`); `\"\"` = the base"
+            " model id. An ARN or an id that carries a geography is always sent as given.",
         ),
     )
     aws_profile: str = field(
@@ -81,7 +94,7 @@ class UpstreamTarget:
     accepted_betas: tuple[str, ...] = field(
         default=(),
         metadata=doc(
-            "The betas the platform accepts; `[]` = the built-in list of `proxy/formats/bridging.py`."
+            "The betas the platform accepts; `[]` = the catalogue's list (`proxy/core/catalogue_data.py`)."
             " Others are dropped with their body fields."
         ),
     )
@@ -92,6 +105,12 @@ class UpstreamTarget:
             " its beta."
         ),
     )
+
+    def geography(self) -> str:
+        """The inference-profile geography for this target's bare Bedrock ids (`""`: none)."""
+        if self.profile_geo == PROFILE_GEO_AUTO:
+            return geography_for_region(self.region) if self.region else ""
+        return self.profile_geo
 
     def problems(self, prefix: str) -> list[str]:
         """What the chosen format still needs."""

@@ -44,11 +44,11 @@ and :func:`price_sums` prices the groups; :func:`row_figures` prices one row the
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from dataclasses import dataclass, fields, replace
+from typing import Any, Literal, Protocol
 
+from proxy.core.model_row import Price
 from proxy.core.provider_notes import ProviderNotes
 from proxy.core.provider_usage import (
     Usage,
@@ -60,12 +60,11 @@ from proxy.core.provider_usage import (
 )
 
 __all__ = [
-    "DEFAULT_PRICES",
     "KINDS",
     "Cost",
     "LedgerEntry",
     "Price",
-    "PriceTable",
+    "Pricing",
     "ProviderNotes",
     "RowFigures",
     "Sums",
@@ -88,82 +87,11 @@ MILLION = 1_000_000
 # -- prices ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Price:
-    """USD per million tokens."""
+class Pricing(Protocol):
+    """Where prices come from: :class:`proxy.core.catalogue.Catalogue` (its rows, a config's
+    ``models:``/``prices:`` entries first). ``None``: the model is unpriced."""
 
-    input: float
-    cache_write_5m: float
-    cache_write_1h: float
-    cache_read: float
-    output: float
-
-    @classmethod
-    def standard(cls, input: float, output: float, cache_read: float | None = None) -> Price:
-        """The provider's usual multipliers: 1.25x (5m write), 2x (1h write), 0.1x (read)."""
-        return cls(
-            input,
-            round(input * 1.25, 9),
-            round(input * 2, 9),
-            round(input * 0.1, 9) if cache_read is None else cache_read,
-            output,
-        )
-
-
-# Built-in prices (USD per million tokens), from the provider's pricing page. First match wins;
-# the ``prices:`` of the configuration are consulted before these. Model ids are glob patterns
-# (``fnmatch``) matching aliases and dated snapshots alike.
-_OPUS_45 = Price.standard(5, 25)
-_OPUS_4 = Price.standard(15, 75)
-_SONNET_4 = Price.standard(3, 15)
-_FABLE_51 = Price(10, 12.5, 20, 0.25, 50)
-_FABLE_5 = Price(10, 12.5, 20, 1, 50)
-DEFAULT_PRICES: tuple[tuple[str, Price], ...] = (
-    ("claude-fable-5-1*", _FABLE_51),
-    ("claude-mythos-5-1*", _FABLE_51),
-    ("claude-fable-5", _FABLE_5),
-    ("claude-fable-5-2*", _FABLE_5),
-    ("claude-mythos-5", _FABLE_5),
-    ("claude-mythos-5-2*", _FABLE_5),
-    ("claude-opus-5", _OPUS_45),
-    ("claude-opus-5-2*", _OPUS_45),
-    ("claude-opus-4-[5-8]*", _OPUS_45),
-    ("claude-opus-4-1*", _OPUS_4),
-    ("claude-opus-4-0*", _OPUS_4),
-    ("claude-opus-4-2*", _OPUS_4),
-    ("claude-sonnet-4*", _SONNET_4),
-    ("claude-3-7-sonnet*", _SONNET_4),
-    ("claude-haiku-4-5*", Price.standard(1, 5)),
-    ("claude-3-5-haiku*", Price(0.8, 1, 1.6, 0.08, 4)),
-    ("claude-3-haiku*", Price(0.25, 0.30, 0.50, 0.03, 1.25)),
-    ("claude-3-opus*", _OPUS_4),
-    # Not a real model: the demo provider's (proxy/demo, `context-proxy serve --demo`), priced
-    # like Sonnet 4 so the demo's savings are shown in dollars. Moves to the model catalogue.
-    ("claude-demo-1", _SONNET_4),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class PriceTable:
-    """Model glob -> price, first match wins; configured entries come before the built-ins."""
-
-    entries: tuple[tuple[str, Price], ...] = DEFAULT_PRICES
-    _memo: dict[str, Price | None] = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def with_overrides(cls, overrides: Iterable[tuple[str, Price]]) -> PriceTable:
-        return cls(tuple(overrides) + DEFAULT_PRICES)
-
-    def price(self, model: str) -> Price | None:
-        if model in self._memo:
-            return self._memo[model]
-        found = next(
-            (price for pattern, price in self.entries if fnmatch.fnmatchcase(model, pattern)),
-            None,
-        )
-        if len(self._memo) < 10_000:
-            self._memo[model] = found
-        return found
+    def price(self, model: str) -> Price | None: ...
 
 
 # -- sums and what they cost ----------------------------------------------------------------------
@@ -402,7 +330,7 @@ class Totals:
         return out
 
 
-def price_sums(by_model: Iterable[tuple[str, Sums]], prices: PriceTable) -> Totals:
+def price_sums(by_model: Iterable[tuple[str, Sums]], prices: Pricing) -> Totals:
     """Price groups of rows, each of one model, and add them up."""
     sums, cost, compaction, savings = Sums(), Cost(), Cost(), 0.0
     unpriced: set[str] = set()
@@ -495,7 +423,7 @@ class RowFigures:
     provider_compaction_cost: Cost | None = None  # None also when the call had no compaction
 
 
-def row_figures(entry: LedgerEntry, prices: PriceTable) -> RowFigures:
+def row_figures(entry: LedgerEntry, prices: Pricing) -> RowFigures:
     """One row's cost, savings and provider compaction cost."""
     price = prices.price(entry.model)
     if price is None:

@@ -1,10 +1,10 @@
 """Thinking blocks bound to their prefix: which ones a forwarded request would replay stale. Pure.
 
-On the models with *preserved thinking* (Claude Fable 5.1 and 5.2, Mythos 5.1 and 5.2, Opus,
-Sonnet and Haiku 5.5: the provider's "Preserved thinking" pages), a ``thinking`` or
-``redacted_thinking`` block is honoured only while everything before it -- ``system``,
-``tools``, every earlier message and the earlier blocks of its own message -- is what it was in
-the request that produced it. ``cache_control`` markers are left out of that comparison (the
+On the models with *preserved thinking* (the catalogue's rows with ``binds_thinking``:
+:meth:`proxy.core.catalogue.Catalogue.binds_thinking`, citing the provider's "Preserved thinking"
+pages), a ``thinking`` or ``redacted_thinking`` block is honoured only while everything before
+it -- ``system``, ``tools``, every earlier message and the earlier blocks of its own message --
+is what it was in the request that produced it. ``cache_control`` markers are left out of that comparison (the
 prompt cache ignores them too; Claude Code moves its marker every turn), and so are turn-scoped
 system messages (``role: "system"`` with ``clear_at``). A stale block is a 400 (``Invalid
 `signature` in `thinking` block. The block is bound to a different conversation.``) unless the
@@ -30,7 +30,6 @@ with the provider's signature: only equality between two requests matters.
 
 from __future__ import annotations
 
-import fnmatch
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -45,13 +44,11 @@ from proxy.core.canonical import strip_markers
 __all__ = [
     "BEHAVIOR_KEYS",
     "BINDING_BETA",
-    "BUILTIN_BINDING_MODELS",
     "BindingRecords",
     "Block",
     "Decision",
     "PrefixKeys",
     "answer_bindings",
-    "binds_thinking",
     "client_behavior",
     "decide",
     "thinking_blocks",
@@ -64,33 +61,9 @@ BINDING_BETA = "thinking-binding-controls-2026-08-01"
 # first, then the one some published docs use.
 BEHAVIOR_KEYS = ("prefix_mismatch_behavior", "mismatch_behavior")
 THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
-# The models with preserved thinking (the provider's "Preserved thinking" pages, December 2026),
-# any platform's spelling of their ids (``anthropic.claude-fable-5-1-v1:0``); a config's
-# ``models:`` entries with ``thinking_binding`` come first.
-BUILTIN_BINDING_MODELS = (
-    "*claude-fable-5-1*",
-    "*claude-mythos-5-1*",
-    "*claude-fable-5-2*",
-    "*claude-mythos-5-2*",
-    "*claude-opus-5-5*",
-    "*claude-sonnet-5-5*",
-    "*claude-haiku-5-5*",
-)
-
 Behavior = Literal["error", "drop_block"]
 _PAIR = struct.Struct(">QQ")
 _START = 0x5A17_7E5D  # the key before anything (a fixed, arbitrary seed)
-
-
-def binds_thinking(
-    model: str, overrides: Iterable[tuple[str, bool]] = (), builtin: Sequence[str] = BUILTIN_BINDING_MODELS
-) -> bool:
-    """Whether ``model`` binds thinking blocks to their prefix: the first ``(glob, binds)`` of
-    ``overrides`` that matches decides, else the built-in table."""
-    for glob, binds in overrides:
-        if fnmatch.fnmatchcase(model, glob):
-            return binds
-    return any(fnmatch.fnmatchcase(model, glob) for glob in builtin)
 
 
 def client_behavior(body: Mapping[str, Any]) -> Behavior | None:

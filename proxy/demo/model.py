@@ -22,9 +22,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from proxy.core.catalogue_data import DEMO_MODEL
+
 __all__ = ["BYTES_PER_TOKEN", "MODEL", "answer", "estimate_tokens", "plan_of"]
 
-MODEL = "claude-demo-1"
+MODEL = DEMO_MODEL  # its catalogue row carries the demo's own price
 BYTES_PER_TOKEN = 4
 PATH_KEYS = ("path", "file_path")
 # the proxy's own tool (context_proxy_retrieve) is never the one the demo agent reads with

@@ -1,7 +1,7 @@
 """``context-proxy serve --demo``: the proxy in front of the demo provider, in one process.
 
 Nothing needs a key and nothing leaves the machine: the demo provider (:mod:`proxy.demo.upstream`,
-model ``claude-demo-1``, priced in the built-in table as the demo's own) listens on a free port of
+model ``claude-demo-1``, priced in the model catalogue as the demo's own) listens on a free port of
 127.0.0.1 in the same event loop, and the proxy forwards to it with settings that make a demo
 compact within a few turns (:data:`DEMO_SETTINGS`: a threshold of 30,000 tokens instead of
 80,000). The store is SQLite under ``./state/demo`` (relative to the working directory, kept

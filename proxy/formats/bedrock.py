@@ -22,8 +22,8 @@ import zlib
 
 import orjson
 
+from proxy.core.catalogue import Catalogue
 from proxy.core.errors import InvalidRequest
-from proxy.core.model_ids import ModelIds
 from proxy.formats.eventstream import CONTENT_TYPE, chunk_frame, exception_frame
 from proxy.formats.request import (
     PLATFORM_API_VERSION,
@@ -71,7 +71,7 @@ NOT_COUNTED = frozenset(
 )
 
 
-def decode(model: str, text: bytes, *, stream: bool, ids: ModelIds) -> Decoded:
+def decode(model: str, text: bytes, *, stream: bool, ids: Catalogue) -> Decoded:
     """An InvokeModel request (``model`` from the path, decoded) as the Messages request."""
     found = members(text)
     version = version_of(found.get("anthropic_version"))
@@ -81,7 +81,7 @@ def decode(model: str, text: bytes, *, stream: bool, ids: ModelIds) -> Decoded:
     return Decoded(body, version, betas, inside, model, stream)
 
 
-def decode_count(model: str, text: bytes, *, ids: ModelIds) -> Decoded:
+def decode_count(model: str, text: bytes, *, ids: Catalogue) -> Decoded:
     """A CountTokens request (``POST /model/{model}/count-tokens``, body
     ``{"input": {"invokeModel": {"body": "<base64 of an InvokeModel body>"}}}``) as a Messages
     ``count_tokens`` request: the fields counting does not take are left out."""
@@ -280,7 +280,7 @@ def _last_boundary(buffer: bytearray) -> int:
     return best
 
 
-def inference_profile(profile: str, ids: ModelIds) -> bytes | None:
+def inference_profile(profile: str, ids: Catalogue) -> bytes | None:
     """``GET /inference-profiles/{id}`` (Claude Code asks after its first answer, for the model
     behind its profile): the profile as Bedrock describes it, backed by the foundation model of
     the same Claude model; ``None`` (404) when the id names no Claude model. The region is the
@@ -291,7 +291,7 @@ def inference_profile(profile: str, ids: ModelIds) -> bytes | None:
     parts = profile.split(":")
     region = parts[3] if profile.startswith("arn:") and len(parts) > 3 and parts[3] else "us-east-1"
     name = profile.rsplit("/", 1)[-1]
-    foundation = ids.bedrock(inside)
+    foundation = ids.bedrock_foundation(inside)
     return orjson.dumps(
         {
             "inferenceProfileName": name,

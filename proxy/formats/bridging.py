@@ -2,16 +2,16 @@
 
 A beta travels with the body fields it turns on: sending a field without its beta is a 400
 ("Extra inputs are not permitted"), sending a beta the platform does not know is Bedrock's 400
-``invalid beta flag``. So a beta the upstream platform does not accept is dropped *together with*
-its fields, never one half alone; a field two betas claim stays while one of them is kept.
+``invalid beta flag`` (Vertex's ``Unsupported beta header``). So a beta the upstream platform
+does not accept is dropped *together with* its fields, never one half alone; a field two betas
+claim stays while one of them is kept.
 
-Two tables, both overridable in the config (``upstream.accepted_betas``, ``upstream.beta_fields``):
+The tables are the catalogue's beta rows (:data:`proxy.core.catalogue_data.BETAS`), each citing
+its evidence (a platform page, or what Claude Code itself sends in that platform's mode: what
+Claude Code sends to a platform is accepted there), overridable in the config
+(``upstream.accepted_betas``, ``upstream.beta_fields``):
 
-* :data:`ACCEPTED`: the betas each platform accepts. Bedrock's list follows AWS's "Anthropic Claude
-  Messages API" pages (request and response, extended thinking, compaction, thinking block binding:
-  docs.aws.amazon.com/bedrock/latest/userguide/model-parameters-anthropic-claude-messages*.html);
-  Vertex's follows the provider's and Google Cloud's feature pages. Both agree with the per-platform
-  table LiteLLM keeps since its Claude Code incident (docs.litellm.ai/blog/claude-code-beta-headers-incident).
+* :data:`ACCEPTED`: the betas each platform accepts;
 * :data:`FIELDS`: the body fields each beta enables, as paths: ``a.b`` (a key in a mapping),
   ``a[]`` (every item of a list), ``a[type=x]`` (the items of type ``x``). An empty tuple: a
   beta that changes behaviour only (``context-1m-2025-08-07``).
@@ -26,60 +26,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core.catalogue_data import BETAS
+
 # The betas each platform accepts in ``anthropic_beta`` / ``anthropic-beta``.
 ACCEPTED: Mapping[str, frozenset[str]] = {
-    "bedrock": frozenset(
-        {
-            "computer-use-2024-10-22",
-            "computer-use-2025-01-24",
-            "computer-use-2025-11-24",
-            "token-efficient-tools-2025-02-19",
-            "interleaved-thinking-2025-05-14",
-            "output-128k-2025-02-19",
-            "context-1m-2025-08-07",
-            "context-management-2025-06-27",
-            "compact-2026-01-12",
-            "effort-2025-11-24",
-            "fine-grained-tool-streaming-2025-05-14",
-            "tool-search-tool-2025-10-19",
-            "tool-examples-2025-10-29",
-            "thinking-binding-controls-2026-08-01",
-            "thinking-display-updates-2026-08-18",
-        }
-    ),
-    "vertex": frozenset(
-        {
-            "computer-use-2024-10-22",
-            "computer-use-2025-01-24",
-            "computer-use-2025-11-24",
-            "interleaved-thinking-2025-05-14",
-            "context-1m-2025-08-07",
-            "context-management-2025-06-27",
-            "compact-2026-01-12",
-            "compact-2026-09-04",
-            "tool-search-tool-2025-10-19",
-            "web-search-2025-03-05",
-            "thinking-binding-controls-2026-08-01",
-            "thinking-display-updates-2026-08-18",
-        }
-    ),
+    platform: frozenset(b.name for b in BETAS if platform in b.accepted)
+    for platform in sorted({p for b in BETAS for p in b.accepted})
 }
-
 # The body fields a beta enables (dropped with it).
 FIELDS: Mapping[str, tuple[str, ...]] = {
-    "context-management-2025-06-27": ("context_management",),
-    "compact-2026-01-12": (
-        "context_management.edits[type=compact_20260112]",
-        "messages[].content[type=compaction]",
-    ),
-    "compact-2026-09-04": ("compaction", "messages[].content[type=compaction]"),
-    "thinking-binding-controls-2026-08-01": ("thinking.block_binding",),
-    "effort-2025-11-24": ("output_config.effort",),
-    "structured-outputs-2025-11-13": ("output_format",),
-    "mcp-client-2025-04-04": ("mcp_servers",),
-    "mcp-client-2025-11-20": ("mcp_servers",),
-    "fast-mode-2026-02-01": ("speed",),
-    "context-1m-2025-08-07": (),
+    b.name: b.fields for b in BETAS if b.fields or b.fields_source
 }
 
 _SEGMENT = re.compile(r"^(?P<name>[A-Za-z0-9_]+)(?:\[(?:type=(?P<type>[A-Za-z0-9_.-]+))?\])?$")

@@ -11,8 +11,8 @@ encoder is the identity.
 
 from __future__ import annotations
 
+from proxy.core.catalogue import Catalogue
 from proxy.core.errors import NotFound
-from proxy.core.model_ids import ModelIds
 from proxy.formats.request import (
     Decoded,
     betas_of,
@@ -35,7 +35,7 @@ def split_target(target: str) -> tuple[str, str]:
     return model, method
 
 
-def decode(model: str, method: str, text: bytes, *, ids: ModelIds) -> tuple[Decoded, bool]:
+def decode(model: str, method: str, text: bytes, *, ids: Catalogue) -> tuple[Decoded, bool]:
     """A rawPredict request as the Messages request, and whether it counts tokens."""
     found = members(text)
     version = version_of(found.get("anthropic_version"))

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from proxy.config.compaction import policy_from_config
 from proxy.config.settings import SummaryConfig
+from proxy.core.catalogue_data import REPLAY_MODEL
 from proxy.core.compaction import (
     CompactionInput,
     CompactionPolicy,
@@ -510,7 +511,7 @@ def run_replay(
     plans = plans if plans is not None else PlanCache(max_plans)
     messages = conversation.messages
     system, tools = conversation.system, conversation.tools
-    model = conversation.model or "claude-sonnet-4-5"
+    model = conversation.model or REPLAY_MODEL
     ks = [k for k in range(1, len(messages) + 1) if messages[k - 1].get("role") == "user"]
     client_compactions = _boundary_turns(conversation.boundaries, ks)
     failures: list[str] = []

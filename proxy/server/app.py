@@ -17,7 +17,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from proxy.config.compaction import model_windows, thinking_overrides
+from proxy.config.models import catalogue_of
 from proxy.config.schema import ConfigError
 from proxy.config.settings import Config
 from proxy.console.routes import add_console_routes
@@ -32,6 +32,7 @@ from proxy.core.errors import (
 from proxy.core.reparse import BodyMemo
 from proxy.server.admin.routes import add_admin_routes
 from proxy.server.appkeys import (
+    CATALOGUE,
     COMPACTION,
     CONFIG,
     DURABLE,
@@ -63,7 +64,7 @@ from proxy.server.messages import handle_messages, route_of, upstream_headers
 from proxy.server.quota import QUOTA, QUOTA_TICKET, QuotaKeeper
 from proxy.server.relay.answer import ERROR_FORMATS, ErrorRenderer
 from proxy.server.relay.forward import Forwarder
-from proxy.server.upstream.platforms import CURRENT, Platforms, UpstreamPlatform, model_ids_of
+from proxy.server.upstream.platforms import CURRENT, Platforms, UpstreamPlatform
 from proxy.sources.resolver import SourceResolver
 from proxy.store import open_store
 from proxy.tenancy.tenants import load_tenancy
@@ -246,11 +247,9 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         draining=lambda: app[STATE].draining,
     )
     app[FORWARDER] = forwarder
-    app[PLATFORMS] = Platforms(
-        session, forwarder.timeout, model_ids_of(config.model_ids), app[METRICS]
-    )
+    app[PLATFORMS] = Platforms(session, forwarder.timeout, app[CATALOGUE], app[METRICS])
     app[COMPACTION] = CompactionService(
-        config.compaction, config.upstream.base_url, app[METRICS], model_windows(config.models)
+        config.compaction, config.upstream.base_url, app[METRICS], app[CATALOGUE]
     )
     await app[COMPACTION].warm_up()
     store = await open_store(config.store_url)
@@ -260,7 +259,7 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[DURABLE] = DurableContext(store, app[RESOLVER])
     app[SOURCE_CHECKS] = app[DURABLE].checks
     app[STATE].readiness_checks.append(StoreReadiness(store))  # the store as requests see it
-    app[LEDGER] = LedgerRecorder(store, app[METRICS], config)
+    app[LEDGER] = LedgerRecorder(store, app[METRICS], config, app[CATALOGUE])
     app[LEDGER].start()
     app[QUOTA] = QuotaKeeper(store, app[LEDGER].prices, app[METRICS])
     app[CHAIN] = messages_chain(app)  # the request path, once its services are all there
@@ -299,7 +298,8 @@ def build_app(config: Config) -> web.Application:
     app[CONFIG] = config
     app[TENANCY] = TenancyHolder(load_tenancy(config))  # invalid policies: PolicyError, no start
     app[BODIES] = BodyMemo(config.limits.body_memo_bytes)
-    app[THINKING] = ThinkingGuard(thinking_overrides(config.models))
+    app[CATALOGUE] = catalogue_of(config)
+    app[THINKING] = ThinkingGuard(app[CATALOGUE])
     app[METRICS] = new_metrics()
     app[STATE] = ProxyState()
     app[ERROR_FORMATS] = {}
@@ -316,7 +316,7 @@ def build_app(config: Config) -> web.Application:
     app.router.add_post("/v1/messages", handle_messages, name="messages")
     app.router.add_post("/v1/messages/count_tokens", handle_messages, name="count_tokens")
     # Bedrock and Vertex clients (before the passthrough), by the platforms' own model table
-    add_format_routes(app, model_ids_of(config.model_ids))
+    add_format_routes(app, app[CATALOGUE])
     app.router.add_route("*", "/v1/{tail:.*}", handle_passthrough, name="passthrough")
     add_admin_routes(app)
     add_console_routes(app)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from proxy.config.settings import Config
+from proxy.core.catalogue import Catalogue
 from proxy.server.compaction.service import CompactionService
 from proxy.server.compaction.thinking import ThinkingGuard
 from proxy.server.context.durable import DurableContext
@@ -42,6 +43,8 @@ class ProxyState:
 
 
 CONFIG = web.AppKey("config", Config)
+# What the proxy knows of the models (the config's ``models:`` entries, then the built-in rows).
+CATALOGUE = web.AppKey("catalogue", Catalogue)
 METRICS = web.AppKey("metrics", Metrics)
 STATE = web.AppKey("state", ProxyState)
 FORWARDER = web.AppKey("forwarder", Forwarder)

@@ -29,9 +29,11 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from proxy.config.settings import Config, PriceConfig
+from proxy.config.models import catalogue_of
+from proxy.config.settings import Config
+from proxy.core.catalogue import Catalogue
 from proxy.core.durable import InvalidWrite
-from proxy.core.ledger import Kind, LedgerEntry, Price, PriceTable, ProviderNotes, Usage, billing
+from proxy.core.ledger import Kind, LedgerEntry, ProviderNotes, Usage, billing
 from proxy.server.http.metrics import Metrics
 from proxy.store.base import Store, StoreError
 from proxy.store.usage import check_entry
@@ -44,7 +46,6 @@ __all__ = [
     "LedgerRecorder",
     "calls_for",
     "now_ms",
-    "price_table",
     "record_upstream_call",
 ]
 
@@ -60,22 +61,6 @@ _TOKEN_TYPES = (
     ("cache_creation", "cache_creation_input_tokens"),
     ("output", "output_tokens"),
 )
-
-
-def price_table(config: Config) -> PriceTable:
-    """The configured ``prices:`` (first) and the built-in ones."""
-
-    def price(p: PriceConfig) -> Price:
-        standard = Price.standard(p.input, p.output)
-        return Price(
-            p.input,
-            standard.cache_write_5m if p.cache_write_5m < 0 else p.cache_write_5m,
-            standard.cache_write_1h if p.cache_write_1h < 0 else p.cache_write_1h,
-            standard.cache_read if p.cache_read < 0 else p.cache_read,
-            p.output,
-        )
-
-    return PriceTable.with_overrides((p.model, price(p)) for p in config.prices)
 
 
 def now_ms() -> tuple[str, int]:
@@ -127,11 +112,13 @@ def calls_for(
 class LedgerRecorder:
     """Queues ledger rows and writes them to the store in the background."""
 
-    def __init__(self, store: Store, metrics: Metrics, config: Config) -> None:
+    def __init__(
+        self, store: Store, metrics: Metrics, config: Config, catalogue: Catalogue | None = None
+    ) -> None:
         self.store = store
         self.metrics = metrics
         self.config = config.ledger
-        self.prices = price_table(config)
+        self.prices = catalogue or catalogue_of(config)  # the models' prices
         self._queue: asyncio.Queue[LedgerEntry] = asyncio.Queue(self.config.queue_size)
         self._models: set[str] = set()
         self._task: asyncio.Task[None] | None = None

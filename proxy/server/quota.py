@@ -36,7 +36,7 @@ from typing import Any
 from aiohttp import web
 
 from proxy.core.errors import RateLimited
-from proxy.core.ledger import PriceTable
+from proxy.core.ledger import Pricing
 from proxy.core.provider_usage import Usage
 from proxy.core.quota import Counter, admission, charge_of, decide, rate_headers, settlement
 from proxy.server.appkeys import REQUEST_TENANT
@@ -88,7 +88,7 @@ class QuotaKeeper:
     def __init__(
         self,
         store: Store,
-        prices: PriceTable,
+        prices: Pricing,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:

@@ -11,8 +11,8 @@ from botocore.eventstream import EventStreamBuffer
 from hypothesis import given
 from hypothesis import strategies as st
 
+from proxy.core.catalogue import Catalogue
 from proxy.core.errors import InvalidRequest, NotFound
-from proxy.core.model_ids import ModelIds
 from proxy.formats import bedrock, vertex
 from proxy.formats.request import merge_betas
 
@@ -81,7 +81,7 @@ def test_the_body_is_rebuilt_with_the_client_bytes_kept() -> None:
         b'"max_tokens":5, "anthropic_beta":["b1"],"stream":false,"model":"ignored"}'
     )
     decoded = bedrock.decode(
-        "eu.anthropic.claude-haiku-4-5-20251001-v1:0", text, stream=True, ids=ModelIds()
+        "eu.anthropic.claude-haiku-4-5-20251001-v1:0", text, stream=True, ids=Catalogue()
     )
     assert decoded.body == (
         b'{"model":"claude-haiku-4-5-20251001","messages":[ {"role":"user","content":"hi"} ],'
@@ -102,7 +102,7 @@ def test_the_body_is_rebuilt_with_the_client_bytes_kept() -> None:
 )
 def test_bad_bodies_are_invalid_requests(text: bytes, wording: str) -> None:
     with pytest.raises(InvalidRequest, match=wording):
-        bedrock.decode("anthropic.claude-x", text, stream=False, ids=ModelIds())
+        bedrock.decode("anthropic.claude-x", text, stream=False, ids=Catalogue())
 
 
 def test_vertex_targets_and_stream_values() -> None:
@@ -114,9 +114,9 @@ def test_vertex_targets_and_stream_values() -> None:
             vertex.split_target(target)
     body = b'{"anthropic_version":"vertex-2023-10-16","messages":[],"stream":"yes"}'
     with pytest.raises(InvalidRequest, match="stream: Input should be a valid boolean"):
-        vertex.decode("claude-x", "rawPredict", body, ids=ModelIds())
+        vertex.decode("claude-x", "rawPredict", body, ids=Catalogue())
     decoded, counting = vertex.decode(
-        "claude-x@20250101", "rawPredict", body.replace(b'"yes"', b"true"), ids=ModelIds()
+        "claude-x@20250101", "rawPredict", body.replace(b'"yes"', b"true"), ids=Catalogue()
     )
     assert not counting and decoded.stream and decoded.model == "claude-x-20250101"
 

@@ -1,5 +1,7 @@
 """The bridging table: a beta the upstream does not accept goes with the body fields it enables.
 
+The table is the catalogue's beta rows (proxy/core/catalogue_data.py), each citing its evidence;
+tests/test_catalogue_oracle.py checks it against what Claude Code 2.1.197 sends per platform.
 Sources for the built-in lists (checked with the search tool, December 2026):
 - AWS, "Anthropic Claude Messages API: request and response" (``anthropic_beta`` in the body) and
   the Claude pages beside it (extended thinking, compaction, thinking block binding):
@@ -15,19 +17,22 @@ import copy
 
 import pytest
 
-from proxy.formats.bridging import ACCEPTED, Bridging, betas_of, bridge, path_problem
+from proxy.core.catalogue_data import BETAS
+from proxy.formats.bridging import ACCEPTED, FIELDS, Bridging, betas_of, bridge, path_problem
 
 BEDROCK = Bridging.for_platform("bedrock")
 VERTEX = Bridging.for_platform("vertex")
 
 
-def test_claude_codes_own_betas_are_not_sent_to_either_platform() -> None:
-    for beta in ("claude-code-20250219", "prompt-caching-scope-2026-01-05", "oauth-2025-04-20",
-                 "files-api-2025-04-14", "fast-mode-2026-02-01"):
+def test_first_party_betas_are_sent_to_neither_platform_and_claude_codes_own_to_vertex() -> None:
+    for beta in ("prompt-caching-scope-2026-01-05", "oauth-2025-04-20", "files-api-2025-04-14",
+                 "fast-mode-2026-02-01", "mid-conversation-system-2026-04-07"):
         assert beta not in ACCEPTED["bedrock"] and beta not in ACCEPTED["vertex"]
-    for beta in ("context-management-2025-06-27", "context-1m-2025-08-07",
+    for beta in ("context-management-2025-06-27", "context-1m-2025-08-07", "effort-2025-11-24",
                  "interleaved-thinking-2025-05-14", "thinking-binding-controls-2026-08-01"):
         assert beta in ACCEPTED["bedrock"] and beta in ACCEPTED["vertex"]
+    # Claude Code sends its own beta to Vertex itself (its Vertex mode), never in Bedrock's body
+    assert "claude-code-20250219" in ACCEPTED["vertex"] and "claude-code-20250219" not in ACCEPTED["bedrock"]
     # on-demand compaction: Google Cloud lists it, Bedrock's pages state it differently
     assert "compact-2026-09-04" in ACCEPTED["vertex"] and "compact-2026-09-04" not in ACCEPTED["bedrock"]
 
@@ -118,3 +123,14 @@ def test_the_vertex_table_is_its_own() -> None:
     assert bridged.betas == ("compact-2026-09-04",) and "compaction" in bridged.body
     bridged = bridge({"compaction": {"type": "summarize"}}, ["compact-2026-09-04"], BEDROCK)
     assert bridged.betas == () and bridged.body == {}
+
+
+def test_every_row_of_the_table_cites_its_evidence() -> None:
+    assert len({b.name for b in BETAS}) == len(BETAS)  # one row per beta
+    for beta in BETAS:
+        assert all(source.strip() for source in beta.accepted.values()), beta.name
+        assert set(beta.accepted) <= {"bedrock", "vertex", "foundry"}, beta.name
+        if beta.fields:
+            assert beta.fields_source.strip(), beta.name
+            assert all(path_problem(p) is None for p in beta.fields), beta.name
+    assert FIELDS["effort-2025-11-24"] == ("output_config.effort",)

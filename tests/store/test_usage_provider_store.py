@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.core.ledger import LedgerEntry, PriceTable, Sums, Usage, billing, row_figures
+from proxy.core.catalogue import Catalogue
+from proxy.core.ledger import LedgerEntry, Sums, Usage, billing, row_figures
 from proxy.core.provider_notes import notes_from
 from proxy.store import Store, open_store
 from proxy.store.migrations import MIGRATIONS
@@ -192,7 +193,7 @@ async def test_a_version_7_database_keeps_every_ledger_row(store_url: str) -> No
         for e in rows:
             assert (e.provider_compaction, e.provider_compactions, e.provider_notes, e.agent) == (None, 0, None, None)
         assert (first.tokens_before, first.plan, first.compaction_id, first.latency_ms) == (2000, "new", "cmp-1", 12.5)
-        figures = row_figures(first, PriceTable())
+        figures = row_figures(first, Catalogue())
         assert figures.cost is not None  # Sonnet 4.5: $3 in, $3.75 / $6 writes, $0.30 read, $15 out
         assert figures.cost.total == pytest.approx((12 * 3 + 1000 * 3.75 + 2000 * 6 + 40000 * 0.30 + 250 * 15) / 1e6)
         (group,) = await store.usage_groups("acme", UsageQuery(), "session")

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxy.core.catalogue_data import SUMMARY_MODEL
+
 __all__ = ["DEFAULT_READ_TOOLS", "DEFAULT_SUMMARY_PROMPT", "CompactionPolicy", "ReadTool"]
 
 
@@ -107,7 +109,7 @@ class CompactionPolicy:
     shrink_window: bool = True
     read_tools: tuple[ReadTool, ...] = DEFAULT_READ_TOOLS
     summarize: bool = True
-    summary_model: str = "claude-haiku-4-5"
+    summary_model: str = SUMMARY_MODEL
     summary_max_tokens: int = 2_000
     summary_prompt: str = DEFAULT_SUMMARY_PROMPT
     # the summariser's input budget per call (``compaction.summary.input_budget``), and the most

@@ -29,10 +29,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from proxy.core.catalogue import Catalogue, built_in
 from proxy.core.errors import InvalidRequest
 from proxy.core.ledger import (
     KINDS,
-    PriceTable,
+    Pricing,
     Totals,
     cache_hit_ratio,
     price_sums,
@@ -40,8 +41,7 @@ from proxy.core.ledger import (
     total_input,
 )
 from proxy.core.pointers import is_valid_session_id
-from proxy.server.appkeys import CONFIG, STORE
-from proxy.server.ledger import LEDGER, price_table
+from proxy.server.appkeys import CATALOGUE, STORE
 from proxy.store.usage import (
     MAX_GROUPS,
     MAX_USAGE_LIMIT,
@@ -129,18 +129,14 @@ def _query(request: web.Request, *, with_kind: bool = True) -> UsageQuery:
     )
 
 
-def _prices(request: web.Request) -> PriceTable:
-    recorder = request.app.get(LEDGER)
-    if recorder is not None:
-        return recorder.prices
-    config = request.app.get(CONFIG)
-    return price_table(config) if config is not None else PriceTable()
+def _prices(request: web.Request) -> Catalogue:
+    return request.app.get(CATALOGUE) or built_in()
 
 
 # -- shapes -----------------------------------------------------------------------------------
 
 
-def row_json(row: UsageRow, prices: PriceTable) -> dict[str, Any]:
+def row_json(row: UsageRow, prices: Pricing) -> dict[str, Any]:
     e = row.entry
     u = e.usage
     c = e.provider_compaction
@@ -200,7 +196,7 @@ def row_json(row: UsageRow, prices: PriceTable) -> dict[str, Any]:
     }
 
 
-def _totals(groups: Iterable[UsageGroup], prices: PriceTable) -> Totals:
+def _totals(groups: Iterable[UsageGroup], prices: Pricing) -> Totals:
     return price_sums(((g.model, g.sums) for g in groups), prices)
 
 
@@ -214,7 +210,7 @@ def auto_bucket(span_ms: int) -> int:
 
 def summary_json(
     groups: Sequence[UsageGroup],
-    prices: PriceTable,
+    prices: Pricing,
     since_ms: int,
     until_ms: int,
     bucket_s: int,
@@ -243,7 +239,7 @@ def summary_json(
 
 def sessions_json(
     groups: Sequence[UsageGroup],
-    prices: PriceTable,
+    prices: Pricing,
     *,
     status: str | None,
     sort: str,
@@ -369,14 +365,15 @@ async def get_prices(request: web.Request, tenant: Tenant) -> web.StreamResponse
             "unit": "USD per million tokens",
             "prices": [
                 {
-                    "model": pattern,
-                    "input": p.input,
-                    "cache_write_5m": p.cache_write_5m,
-                    "cache_write_1h": p.cache_write_1h,
-                    "cache_read": p.cache_read,
-                    "output": p.output,
+                    "model": model,
+                    "input": p.value.input,
+                    "cache_write_5m": p.value.cache_write_5m,
+                    "cache_write_1h": p.value.cache_write_1h,
+                    "cache_read": p.value.cache_read,
+                    "output": p.value.output,
+                    "origin": p.origin,
                 }
-                for pattern, p in _prices(request).entries
+                for model, p in _prices(request).priced()
             ],
         }
     )

@@ -20,6 +20,7 @@ from multidict import CIMultiDictProxy
 
 from proxy.config.compaction import limits_for, policy_from_config
 from proxy.config.settings import CompactionConfig
+from proxy.core.catalogue import Catalogue, built_in
 from proxy.core.compaction import (
     CompactionInput,
     CompactionOutcome,
@@ -41,7 +42,7 @@ from proxy.core.compaction.retrieval import offer_tool, plan_names_pointers
 from proxy.core.conversation import Conversation
 from proxy.core.durable import InvalidWrite
 from proxy.core.errors import PromptTooLong
-from proxy.core.limits import Limits, ModelWindow, betas_of
+from proxy.core.limits import Limits, betas_of
 from proxy.core.tokens import Calibration, Canonical, TokenCounter
 from proxy.server.compaction.counting import Counting, count_while_forwarding, with_digests
 from proxy.server.compaction.naming import transcript_sequences
@@ -229,10 +230,10 @@ class CompactionService:
         config: CompactionConfig,
         upstream_base_url: str,
         metrics: Metrics,
-        models: tuple[ModelWindow, ...] = (),
+        catalogue: Catalogue | None = None,
     ) -> None:
         self.config = config
-        self.models = models  # the config's ``models:`` entries (before the built-in table)
+        self.catalogue = catalogue or built_in()  # the models' windows
         self._policies: dict[tuple[CompactionConfig, Limits | None], CompactionPolicy] = {}
         self._request_policies: dict[tuple[int, str, str, int | None], _RequestPolicy] = {}
         self.counter = TokenCounter()
@@ -281,7 +282,7 @@ class CompactionService:
         """The policy for a request's limits (``limits_for``: its model's window, its betas,
         its ``max_tokens``), memoised per tenant config (by identity: the entry holds it, so the
         id is not reused while it is there), model, betas header and integer ``max_tokens``:
-        matching the model against the window table on every request costs more than the rest
+        looking the model up in the catalogue on every request costs more than the rest
         of a small request's pre-check."""
         key: tuple[int, str, str, int | None] | None = None
         if max_tokens is None or (isinstance(max_tokens, int) and not isinstance(max_tokens, bool)):
@@ -289,7 +290,7 @@ class CompactionService:
             found = self._request_policies.get(key)
             if found is not None and found.config is config:
                 return found.policy
-        limits = limits_for(config, model, betas_of(beta_header), max_tokens, self.models)
+        limits = limits_for(config, model, betas_of(beta_header), max_tokens, self.catalogue)
         policy = self.policy_for(config, limits)
         if key is not None:
             if len(self._request_policies) >= 4096:

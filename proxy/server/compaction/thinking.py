@@ -33,12 +33,12 @@ from typing import Any
 
 from multidict import CIMultiDict
 
+from proxy.core.catalogue import Catalogue, built_in
 from proxy.core.thinking import (
     BindingRecords,
     Decision,
     PrefixKeys,
     answer_bindings,
-    binds_thinking,
     decide,
     stale_blocks,
     thinking_blocks,
@@ -88,8 +88,8 @@ def _own_by_identity(messages: Sequence[Any], own: Sequence[int]) -> dict[int, i
 class ThinkingGuard:
     """Per process: which models bind, and what the blocks seen made were bound to."""
 
-    def __init__(self, overrides: Sequence[tuple[str, bool]] = (), max_records: int = 200_000) -> None:
-        self._overrides = tuple(overrides)
+    def __init__(self, catalogue: Catalogue | None = None, max_records: int = 200_000) -> None:
+        self._catalogue = catalogue or built_in()
         self._binds: dict[str, bool] = {}
         self.records = BindingRecords(max_records)
 
@@ -100,7 +100,7 @@ class ThinkingGuard:
         if found is None:
             if len(self._binds) > 4096:
                 self._binds.clear()
-            found = self._binds[model] = binds_thinking(model, self._overrides)
+            found = self._binds[model] = self._catalogue.binds_thinking(model)
         return found
 
     def check(

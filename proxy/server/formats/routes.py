@@ -18,8 +18,8 @@ import time
 from aiohttp import web
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from proxy.core.catalogue import Catalogue
 from proxy.core.errors import NotFound
-from proxy.core.model_ids import ModelIds
 from proxy.formats import bedrock, vertex
 from proxy.formats.request import Decoded, merge_betas
 from proxy.server.appkeys import CONFIG
@@ -28,8 +28,8 @@ from proxy.server.messages import decoded_for_inspection, read_body, serve_messa
 from proxy.server.quota import QUOTA_TICKET
 from proxy.server.relay.answer import ANSWER_FORMAT, ERROR_FORMATS
 
-# the model table the formats name models by (an entry per Anthropic, Bedrock, Vertex spelling)
-MODEL_IDS = web.AppKey("model_ids", ModelIds)
+# the catalogue the formats name models by (every platform's spelling of each model)
+MODEL_IDS = web.AppKey("model_ids", Catalogue)
 # the paths of the client formats' API routes (admission and authentication apply to them)
 FORMAT_PATHS = ("/model/", "/projects/", "/v1/projects/")
 _VERTEX_PATH = "/projects/{project}/locations/{region}/publishers/anthropic/models/{target}"
@@ -44,9 +44,9 @@ _BEDROCK = BedrockAnswer()
 _BEDROCK_COUNT = BedrockAnswer(counting=True)
 
 
-def add_format_routes(app: web.Application, ids: ModelIds) -> None:
+def add_format_routes(app: web.Application, ids: Catalogue) -> None:
     """Mount the routes (before the ``/v1/*`` passthrough: Vertex paths may start with it);
-    ``ids``: the model table (the config's ``model_ids`` entries before the built-ins)."""
+    ``ids``: the catalogue (the config's ``models:`` entries before the built-in rows)."""
     app[MODEL_IDS] = ids
     router = app.router
     router.add_post("/model/{model:.+}/invoke", handle_bedrock, name="bedrock_invoke")

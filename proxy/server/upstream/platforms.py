@@ -13,13 +13,18 @@ Each platform:
 2. bridges its betas (:mod:`proxy.formats.bridging`: unsupported betas dropped with their body
    fields, reported in ``x-upstream-betas-dropped`` / ``x-upstream-fields-dropped``),
 3. encodes it for the platform (:mod:`proxy.formats.bedrock_upstream`, :mod:`proxy.formats.vertex_upstream`), with the
-   model's spelling there (:mod:`proxy.core.model_ids`), signs it (SigV4 or a bearer token),
+   model's spelling there (:mod:`proxy.core.catalogue`: an ARN or an id that carries a
+   geography as given, the target's ``profile_geo`` in front of a bare Bedrock id), signs it
+   (SigV4 or a bearer token),
 4. sends it on the Forwarder's one session; a refused credential (Bedrock ``ExpiredTokenException``
    / ``UnrecognizedClientException``, Vertex 401) is renewed once and the call sent again,
 5. answers an :class:`~proxy.server.upstream.response.AdaptedResponse`: 200 streams as Anthropic
-   SSE, errors as Anthropic error bodies with the upstream's wording.
+   SSE, errors as Anthropic error bodies with the upstream's wording (when the platform refuses
+   an id the catalogue did not know and the published rule made, the error names the
+   ``models:`` entry to add).
 
-Other /v1 routes: ``GET /v1/models`` (and ``/v1/models/{id}``) are answered from the model table;
+Other /v1 routes: ``GET /v1/models`` (and ``/v1/models/{id}``) are answered from the catalogue
+(the models with a known id on the platform);
 anything else is a 404 ``not_found_error`` naming the platform.
 """
 
@@ -28,7 +33,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -37,10 +42,9 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from proxy.config.settings import ModelIdConfig
 from proxy.config.upstream import UpstreamTarget
+from proxy.core.catalogue import Catalogue, Resolved
 from proxy.core.errors import InvalidRequest, NotFound, error_body, new_request_id
-from proxy.core.model_ids import ModelId, ModelIds
 from proxy.formats import bedrock_upstream as bedrock
 from proxy.formats import vertex_upstream as vertex
 from proxy.formats.bridging import Bridged, Bridging, betas_of, bridge
@@ -69,13 +73,13 @@ class UpstreamPlatform:
         target: UpstreamTarget,
         session: aiohttp.ClientSession,
         timeout: aiohttp.ClientTimeout,
-        model_ids: ModelIds,
+        catalogue: Catalogue,
         metrics: Metrics,
     ) -> None:
         self.target = target
         self.session = session
         self.timeout = timeout
-        self.model_ids = model_ids
+        self.catalogue = catalogue
         self.metrics = metrics
         self.bridging = Bridging.for_platform(
             target.format,
@@ -113,6 +117,12 @@ class UpstreamPlatform:
         if not isinstance(model, str) or not model:
             raise InvalidRequest("model: Field required")
         answer = await self._send(bridged, model, count_tokens)
+        if (
+            answer.status in (400, 404)
+            and isinstance(answer.body, bytes)
+            and self.catalogue.derived(model, self.format)
+        ):
+            answer.body = _with_note(answer.body, self._unknown_note(model))
         if bridged.dropped_betas:
             answer.headers_extra[DROPPED_BETAS_HEADER] = ",".join(bridged.dropped_betas)
         if bridged.dropped_fields:
@@ -122,14 +132,26 @@ class UpstreamPlatform:
     async def _send(self, bridged: Bridged, model: str, count_tokens: bool) -> _Answer:
         raise NotImplementedError
 
+    def _sent_id(self, model: str) -> str:
+        """The id the platform gets for ``model``."""
+        return self.catalogue.vertex(model)
+
+    def _unknown_note(self, model: str) -> str:
+        sent = self._sent_id(model)
+        return (
+            f"the proxy's model catalogue does not know {model[:100]!r}; it sent {sent[:120]!r}"
+            f" by the published id rule. If {self.format} names the model otherwise, add a"
+            f" models: entry {{match: {model[:100]}, {self.format}: <its id>}}"
+        )
+
     async def close(self) -> None:
         """Release what the credentials hold (a token transport's connections)."""
 
     def other_route(self, request: web.Request) -> AdaptedResponse:
-        """``GET /v1/models[/{id}]`` from the model table; any other route is not served."""
+        """``GET /v1/models[/{id}]`` from the catalogue; any other route is not served."""
         path = request.path
         if request.method in ("GET", "HEAD") and path in ("/v1/models", "/v1/models/"):
-            models = [_model_info(entry.anthropic) for entry in self.model_ids.entries]
+            models = [_model_info(r) for r in self.catalogue.listed(self.format)]
             body = {
                 "data": models,
                 "has_more": False,
@@ -139,10 +161,10 @@ class UpstreamPlatform:
             return _json_answer(200, body)
         if request.method in ("GET", "HEAD") and path.startswith("/v1/models/"):
             name = path[len("/v1/models/"):]
-            entry = self.model_ids.find(name)
-            if entry is not None:
-                return _json_answer(200, _model_info(entry.anthropic))
-            raise NotFound(f"model: {name[:100]} is not in the proxy's model table")
+            resolved = self.catalogue.resolve(name)
+            if resolved.known:
+                return _json_answer(200, _model_info(resolved))
+            raise NotFound(f"model: {name[:100]} is not in the proxy's model catalogue")
         raise NotFound(
             f"{path[:100]} is not available through the proxy's {self.format} upstream"
             " (it serves /v1/messages, /v1/messages/count_tokens and /v1/models)"
@@ -187,13 +209,16 @@ class BedrockUpstream(UpstreamPlatform):
         ).rstrip("/")
         self.credentials = AwsCredentials(target.aws_profile, target.region)
 
+    def _sent_id(self, model: str) -> str:
+        return self.catalogue.bedrock(model, self.target.geography())
+
     async def _send(self, bridged: Bridged, model: str, count_tokens: bool) -> _Answer:
         stream = bridged.body.get("stream") is True and not count_tokens
         if count_tokens:  # a foundation model id: count-tokens takes no inference profile
-            path = bedrock.count_tokens_path(self.model_ids.bedrock(model))
+            path = bedrock.count_tokens_path(self.catalogue.bedrock_foundation(model))
             payload = bedrock.count_tokens_body(bridged.body, bridged.betas)
         else:
-            model_id = self.model_ids.bedrock(model, geo=self.target.profile_geo or None)
+            model_id = self._sent_id(model)
             path = bedrock.model_path(model_id, stream=stream)
             payload = orjson.dumps(bedrock.invoke_body(bridged.body, bridged.betas))
         url = self.endpoint + path
@@ -273,7 +298,7 @@ class VertexUpstream(UpstreamPlatform):
 
     async def _send(self, bridged: Bridged, model: str, count_tokens: bool) -> _Answer:
         target = self.target
-        model_name = self.model_ids.vertex(model)
+        model_name = self._sent_id(model)
         if count_tokens:
             path = vertex.count_tokens_path(target.project, target.location)
             body = vertex.predict_body(bridged.body, keep_model=model_name)
@@ -328,10 +353,10 @@ class Platforms:
         self,
         session: aiohttp.ClientSession,
         timeout: aiohttp.ClientTimeout,
-        model_ids: ModelIds,
+        catalogue: Catalogue,
         metrics: Metrics,
     ) -> None:
-        self._args = (session, timeout, model_ids, metrics)
+        self._args = (session, timeout, catalogue, metrics)
         self._made: dict[UpstreamTarget, UpstreamPlatform] = {}
 
     async def close(self) -> None:
@@ -347,22 +372,6 @@ class Platforms:
             kind = BedrockUpstream if target.format == "bedrock" else VertexUpstream
             made = self._made[target] = kind(target, *self._args)
         return made
-
-
-def model_ids_of(entries: Iterable[ModelIdConfig]) -> ModelIds:
-    """The config's ``model_ids`` entries before the built-in table."""
-    table = ModelIds()
-    made = []
-    for entry in entries:
-        made.append(
-            ModelId(
-                entry.anthropic,
-                entry.bedrock or table.bedrock(entry.anthropic),
-                entry.vertex or table.vertex(entry.anthropic),
-                tuple(entry.aliases),
-            )
-        )
-    return ModelIds(made)
 
 
 async def _empty() -> AsyncIterator[bytes]:
@@ -420,5 +429,8 @@ def _json_answer(status: int, body: Any) -> AdaptedResponse:
     )
 
 
-def _model_info(model: str) -> dict[str, Any]:
-    return {"type": "model", "id": model, "display_name": model, "created_at": "1970-01-01T00:00:00Z"}
+def _model_info(model: Resolved) -> dict[str, Any]:
+    return {
+        "type": "model", "id": model.id, "display_name": model.display.value,
+        "created_at": "1970-01-01T00:00:00Z",
+    }
