@@ -22,8 +22,10 @@ received (the ``tools`` member's bytes, the messages) and what the client got.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import re
+import time
 from typing import Any
 
 import httpx2 as httpx
@@ -36,7 +38,7 @@ from hypothesis import strategies as st
 
 from proxy.core.compaction.retrieval import TOOL, TOOL_JSON, TOOL_NAME
 from proxy.core.compaction.truncate import artifact_pointer
-from proxy.server.appkeys import DURABLE, TENANCY
+from proxy.server.appkeys import DURABLE, STORE, TENANCY
 from proxy.sources.policy import SourcePolicy
 from tests.harness import LoopThread, ProxyServer
 from tests.strategies import Conversation, conversations
@@ -271,6 +273,52 @@ def test_the_tool_stays_when_a_later_compaction_drops_the_only_pointer(
     assert "toolu_a1" not in third.body.decode()
     assert offers_tool(third.json())
     assert tools_bytes(first.body) == tools_bytes(second.body) == tools_bytes(third.body)
+
+
+def test_the_removed_turns_are_named_on_the_first_compacted_request_while_the_recorder_is_behind(
+    upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread
+) -> None:
+    """The recorder writes in the background; the request that first removes turns names them
+    only once what was queued for its conversation is stored (``DurableContext.settled``), so a
+    store that is behind delays that one request, never the tool: the bridge names the events
+    and the body carries the tool. (A first run of the same turns, another session, says which
+    request compacts first.)"""
+    proxy = make_proxy(compaction={"threshold": 2500, "hard_limit": 100_000, "keep_recent": 2, "tool_result_cap": 100_000, "summary": {"model": SUMMARY_MODEL}})
+    upstream.script(*[_summaries] * 80)
+    requests = _requests(_turns(8))
+    first = 0
+    while True:  # the request that first names a pointer, on a store that keeps up
+        _post(proxy, "offer-ahead", {"model": "m", "max_tokens": 20, "messages": requests[first], "tools": TOOLS})
+        if named_pointers(_forwarded(upstream)[-1].json()):
+            break
+        first += 1
+    store = proxy.app[STORE]
+    original = store.record_transcript
+    gate = asyncio.Event()
+
+    async def behind(*args: Any, **kwargs: Any) -> Any:
+        await gate.wait()
+        return await original(*args, **kwargs)
+
+    session = "offer-behind"
+    store.record_transcript = behind  # type: ignore[method-assign]
+    try:
+        for messages in requests[:first]:  # answered while their records wait in the queue
+            _post(proxy, session, {"model": "m", "max_tokens": 20, "messages": messages, "tools": TOOLS})
+        assert loop_thread.run(original.__self__.transcript_events("default", session)) == ()
+        loop_thread.loop.call_soon_threadsafe(loop_thread.loop.call_later, 1.0, gate.set)
+        started = time.monotonic()
+        r = _post(proxy, session, {"model": "m", "max_tokens": 20, "messages": requests[first], "tools": TOOLS})
+        waited = time.monotonic() - started
+    finally:
+        store.record_transcript = original  # type: ignore[method-assign]
+        loop_thread.loop.call_soon_threadsafe(gate.set)
+    assert r.status_code == 200 and waited >= 1.0  # it waited for the store to catch up...
+    sent = _forwarded(upstream)[-1].json()
+    pointers = named_pointers(sent)  # ...and named the removed turns
+    assert pointers and all(p.startswith(f"transcript:{session}:") for p in pointers)
+    assert offers_tool(sent)
+    assert redeemable(proxy, loop_thread, session, pointers) == pointers
 
 
 # -- a Bedrock-format client ----------------------------------------------------------------------
