@@ -41,7 +41,8 @@ from proxy.core.compaction.truncate import artifact_pointer
 from proxy.server.appkeys import DURABLE, STORE, TENANCY
 from proxy.sources.policy import SourcePolicy
 from tests.harness import LoopThread, ProxyServer
-from tests.strategies import Conversation, conversations
+from tests.strategies import Conversation, as_claude_code_sends, conversations
+from tests.test_claude_code import _strip_cache_control
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 
 KEY = "sk-ant-offer-test-1"
@@ -76,14 +77,6 @@ def offers_tool(body: dict[str, Any]) -> bool:
 def named_pointers(body: dict[str, Any]) -> list[str]:
     """The pointers a forwarded view names in its messages (bridges, truncation markers)."""
     return sorted(set(POINTER.findall(orjson.dumps(body.get("messages", [])).decode())))
-
-
-def _unmarked(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _unmarked(v) for k, v in value.items() if k != "cache_control"}
-    if isinstance(value, list):
-        return [_unmarked(v) for v in value]
-    return value
 
 
 def _sources(proxy: ProxyServer) -> SourcePolicy:
@@ -353,21 +346,6 @@ def test_a_bedrock_client_is_offered_the_tool_on_its_first_compacted_request(
 # -- the property, over generated conversations ---------------------------------------------------
 
 
-def _claude_code_like(messages: list[dict[str, Any]], every_turn: bool) -> list[dict[str, Any]]:
-    """``messages`` without provider ``compaction`` blocks (a conversation the provider compacts
-    is deferred to it: nothing of ours is forwarded), with a system entry after every user turn
-    when ``every_turn`` (Claude Code on a model with mid-conversation system messages)."""
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        content = message["content"]
-        if isinstance(content, list):
-            message = {**message, "content": [b for b in content if b.get("type") != "compaction"]}
-        out.append(message)
-        if every_turn and message["role"] == "user":
-            out.append({"role": "system", "content": f"context note {len(out)}"})
-    return out
-
-
 @pytest.mark.timeout(900)
 @settings(
     max_examples=40,
@@ -391,7 +369,7 @@ def test_every_view_naming_a_redeemable_pointer_carries_the_tool_from_the_first_
     (``tools``, ``system``, the earlier messages) is the previous request's."""
     proxy = _property_proxy(make_proxy, cap)
     session = f"offer-prop-{next(_sessions)}"
-    messages = _claude_code_like(conv.messages, every_turn)
+    messages = as_claude_code_sends(conv.messages, every_turn)
     upstream.script(*[_summaries] * 200)
     bodies: list[tuple[RecordedRequest, dict[str, str]]] = []
     for sent in _requests(messages):
@@ -422,9 +400,9 @@ def test_every_view_naming_a_redeemable_pointer_carries_the_tool_from_the_first_
         if k and headers.get("x-compaction-plan") == "reused":
             previous = bodies[k - 1][0].json()
             assert tools_bytes(request.body) == tools_bytes(bodies[k - 1][0].body)
-            assert _unmarked(view.get("system")) == _unmarked(previous.get("system"))
-            kept = _unmarked(previous["messages"])
-            assert _unmarked(view["messages"][: len(kept)]) == kept, k
+            assert _strip_cache_control(view.get("system")) == _strip_cache_control(previous.get("system"))
+            kept = _strip_cache_control(previous["messages"])
+            assert _strip_cache_control(view["messages"][: len(kept)]) == kept, k
 
 
 def _story(bodies: list[tuple[RecordedRequest, dict[str, str]]]) -> str:

@@ -45,7 +45,7 @@ from proxy.core.compaction.retrieval import (
 from proxy.core.compaction.truncate import artifact_of
 from proxy.core.compaction.view import Cut, FromClient
 from proxy.core.tokens import TokenCounter
-from tests.strategies import Conversation, conversations, policies
+from tests.strategies import Conversation, as_claude_code_sends, conversations, policies
 
 BASH = {"name": "Bash", "input_schema": {"type": "object"}}
 
@@ -185,14 +185,7 @@ def test_turn_by_turn_the_tool_comes_with_the_first_pointer_and_stays(
     views never carry the tool before the first one that names a pointer, and from that one on,
     every view does. (Provider ``compaction`` blocks are left out: a conversation the provider
     compacts itself is forwarded to it as sent, no view of ours.)"""
-    messages: list[dict[str, Any]] = []
-    for message in conv.messages:
-        content = message["content"]
-        if isinstance(content, list):
-            message = {**message, "content": [b for b in content if b.get("type") != "compaction"]}
-        messages.append(message)
-        if every_turn and message["role"] == "user":
-            messages.append({"role": "system", "content": f"note {len(messages)}"})
+    messages = as_claude_code_sends(conv.messages, every_turn)
     plans = PlanCache()
     counter = TokenCounter()
     ends = [k for k in range(1, len(messages)) if messages[k]["role"] == "assistant"]
