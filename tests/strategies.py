@@ -21,7 +21,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-__all__ = ["PNG_2X2", "Conversation", "conversations", "policies"]
+__all__ = ["PNG_2X2", "Conversation", "as_claude_code_sends", "conversations", "policies"]
 
 PNG_2X2 = (
     "iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAIAAAD91JpzAAAAC0lEQVR4nGNgQAYAAA4AAamRc7EAAAAASUVORK5CYII="
@@ -271,3 +271,20 @@ def policies(draw: Draw) -> Any:
         summary_max_calls=draw(st.integers(1, 5)),
         carried_text_cap=draw(st.integers(10, 300)),
     )
+
+
+def as_claude_code_sends(messages: list[dict[str, Any]], every_turn: bool) -> list[dict[str, Any]]:
+    """``messages`` without provider ``compaction`` blocks (a conversation the provider compacts
+    itself is forwarded to it as sent: no view of the proxy's), and with a ``role: "system"``
+    entry after every user turn when ``every_turn``, as Claude Code 2.1.197 sends its
+    mid-conversation system messages on its default model (after the newest user turn, so a
+    request that ends right before an answer ends with one)."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, list):
+            message = {**message, "content": [b for b in content if b.get("type") != "compaction"]}
+        out.append(message)
+        if every_turn and message["role"] == "user":
+            out.append({"role": "system", "content": f"context note {len(out)}"})
+    return out

@@ -29,6 +29,7 @@ from proxy.core.pointers import TranscriptPointer, parse_pointer
 from proxy.server.appkeys import DURABLE, STORE
 from tests.harness import LoopThread, ProxyServer
 from tests.test_claude_code import RUN_TIMEOUT, Tap, _clean_env, find_claude, run_through_tap
+from tests.test_retrieval_offer import named_pointers, offers_tool, tools_bytes
 from tests.upstream import (
     FakeUpstream,
     RecordedRequest,
@@ -179,10 +180,14 @@ def test_claude_code_main_and_subagent_each_compacted_and_reading_back_their_own
     session = main[0].headers["x-claude-code-session-id"]
     agent = sub[0].headers["x-claude-code-agent-id"]
     assert {r.headers["x-claude-code-session-id"] for r in sub} == {session}  # one session
-    # both were compacted and offered the tool
+    # both were compacted and offered the tool: on the first request whose view names a pointer,
+    # and from then on in one byte string (tools changed once per conversation)
     for name, requests in (("main", main), ("sub", sub)):
-        offered = [r for r in requests if [t.get("name") for t in r.json().get("tools", [])][-1:] == [TOOL_NAME]]
-        assert offered, (name, context)
+        named = [bool(named_pointers(r.json())) for r in requests]
+        assert True in named, (name, context)
+        first = named.index(True)
+        assert [offers_tool(r.json()) for r in requests] == [k >= first for k in range(len(requests))], (name, context)
+        assert len({tools_bytes(r.body) for r in requests[first:]}) == 1, (name, context)
     # every pointer a bridge names is an event of that bridge's own conversation
     store = proxy.app[STORE]
     foreign = 0

@@ -37,6 +37,7 @@ from proxy.core.thinking import BINDING_BETA
 from proxy.server.ledger import LEDGER
 from tests.harness import LoopThread, ProxyServer, proxy_config
 from tests.provider_rules import ProviderRules, Turn
+from tests.test_retrieval_offer import named_pointers, offers_tool, tools_bytes
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 
 FABLE = "claude-fable-5-1"  # binds (the fake's and the proxy's tables)
@@ -234,6 +235,12 @@ def test_a_compacting_tool_loop_on_a_binding_model_never_meets_the_stale_block_4
         assert loop.answers[k].get("input_transformations", []) == verdict.input_transformations()
     assert lost_valid == 0  # still-valid blocks lost: 0
     assert dropped_total > 0  # the loop did replay stale blocks, and they were dropped
+    # the retrieval tool: from the first view that names a pointer on, never before, one byte
+    # string (the provider drops what it made stale; the tool is never held back for it)
+    named = [bool(named_pointers(r.json())) for r in forwarded]
+    first = named.index(True)
+    assert [offers_tool(r.json()) for r in forwarded] == [k >= first for k in range(len(forwarded))]
+    assert len({tools_bytes(r.body) for r in forwarded[first:]}) == 1
 
     # the ledger keeps what the provider dropped
     loop_thread.run(proxy.app[LEDGER].flush())
@@ -277,11 +284,16 @@ def test_when_the_client_chose_error_compaction_is_deferred_rather_than_a_400(
     deferred = [k for k, h in enumerate(loop.headers) if h.get("x-compaction-layers") == "deferred"]
     for k in deferred:
         assert loop.headers[k]["x-compaction-thinking"].startswith("deferred=")
-    # a deferred request carries the client's own messages: nothing of the plan's
+    # a deferred request carries the client's own messages: nothing of the plan's, no pointer,
+    # and so no retrieval tool; a compacted one that names a pointer carries it
     forwarded = _forwarded(upstream)
     for k in deferred:
-        sent = forwarded[k].json()["messages"]
-        assert "[context-proxy" not in orjson.dumps(sent).decode()
+        sent = forwarded[k].json()
+        assert "[context-proxy" not in orjson.dumps(sent["messages"]).decode()
+        assert not named_pointers(sent) and not offers_tool(sent)
+    for k, request in enumerate(forwarded):
+        if k not in deferred and named_pointers(request.json()):
+            assert offers_tool(request.json()), k
 
 
 def test_with_thinking_off_the_proxy_removes_the_stale_blocks_itself(

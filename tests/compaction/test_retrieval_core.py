@@ -1,15 +1,29 @@
 """The retrieval tool's pure parts as tables: offering, calls, pages, source text, usage; the
-bridge's transcript range."""
+bridge's transcript range. And when a view carries the tool, as a property of compaction turn by
+turn over generated conversations (the edge's own property runs through a real proxy:
+tests/test_retrieval_offer.py)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from proxy.core.compaction import (
+    CompactionInput,
+    CompactionPolicy,
+    Done,
+    NeedsNaming,
+    Plan,
+    PlanCache,
+    compact,
+    step,
+)
+from proxy.core.compaction import named as named_turns
 from proxy.core.compaction.bridge import Bridge, TranscriptNaming, TranscriptRange
 from proxy.core.compaction.retrieval import (
     TOOL,
@@ -18,14 +32,20 @@ from proxy.core.compaction.retrieval import (
     BadCall,
     Call,
     artifact_text,
+    asks_for_a_new_turn,
     error_result,
     event_text,
     offer_tool,
     page_result,
     parse_call,
+    plan_names_pointers,
     sum_usage,
+    with_tool,
 )
 from proxy.core.compaction.truncate import artifact_of
+from proxy.core.compaction.view import Cut, FromClient
+from proxy.core.tokens import TokenCounter
+from tests.strategies import Conversation, as_claude_code_sends, conversations, policies
 
 BASH = {"name": "Bash", "input_schema": {"type": "object"}}
 
@@ -52,6 +72,143 @@ def test_the_tool_is_appended_last_and_the_body_is_not_touched() -> None:
 )
 def test_the_tool_is_not_offered(body: dict[str, Any]) -> None:
     assert offer_tool(body) is None
+
+
+USER = {"role": "user", "content": "go on"}
+ASSISTANT = {"role": "assistant", "content": "The answer is"}
+SYSTEM_ENTRY = {"role": "system", "content": "Available agent types: claude."}
+
+
+@pytest.mark.parametrize(
+    ("messages", "new_turn"),
+    [
+        ([USER], True),
+        ([USER, SYSTEM_ENTRY], True),  # Claude Code's mid-conversation system message
+        ([USER, SYSTEM_ENTRY, SYSTEM_ENTRY], True),
+        ([USER, ASSISTANT], False),  # a prefill is continued, not extended
+        ([USER, SYSTEM_ENTRY, ASSISTANT], False),
+        ([USER, ASSISTANT, SYSTEM_ENTRY], False),
+        ([SYSTEM_ENTRY], False),
+        ([], False),
+        (None, False),
+        ("text", False),
+        ([USER, "not a message"], False),
+    ],
+)
+def test_a_view_asks_for_a_new_turn_when_its_last_non_system_message_is_the_users(
+    messages: Any, new_turn: bool
+) -> None:
+    assert asks_for_a_new_turn(messages) is new_turn
+
+
+def _plan(items: tuple[Any, ...] = (FromClient(0),), bridge: Bridge | None = None, pointers: bool | None = None) -> Plan:
+    return Plan("t", "a", 3, "h", items, ("truncate",), (), bridge, "skipped", pointers)
+
+
+MARKED = "head\n[context-proxy: truncated 700 of 900 tokens from this tool result; full text: artifact:s:tool-result-0.txt:" + "0" * 64 + "]\ntail"
+CUT_NAMING = FromClient(2, (Cut(0, MARKED),))
+CUT_SILENT = FromClient(2, (Cut(0, "head\n[context-proxy: truncated 700 of 900 tokens from this tool result]\ntail"),))
+BRIDGED = Bridge("a summary", (), TranscriptRange("s", 2, 5))
+
+
+@pytest.mark.parametrize(
+    ("plan", "names"),
+    [
+        (None, False),
+        (_plan(), False),
+        (_plan((FromClient(0), CUT_SILENT)), False),  # no session: the marker names nothing
+        (_plan(bridge=Bridge("a summary")), False),  # a bridge that names no events
+        (_plan((FromClient(0), CUT_NAMING)), True),
+        (_plan(bridge=BRIDGED), True),
+        (_plan((FromClient(0), FromClient(2, (Cut(0, [{"type": "text", "text": MARKED}]),)))), True),
+        # recorded when the plan was made: its view or a plan it was built on named one...
+        (_plan(pointers=True), True),
+        # ...or none did (the flag wins over the view for plans that carry it)
+        (_plan((FromClient(0), CUT_NAMING), pointers=False), False),
+    ],
+)
+def test_a_plan_offers_the_tool_once_it_or_a_plan_it_was_built_on_names_a_pointer(
+    plan: Plan | None, names: bool
+) -> None:
+    assert plan_names_pointers(plan) is names
+    if plan is not None:
+        assert Plan.from_json(plan.to_json()) == plan  # the flag is kept with the plan
+    body = {"model": "m", "tools": [BASH], "messages": [USER, SYSTEM_ENTRY]}
+    offered = with_tool(body, plan)
+    assert (offered is not None) is names
+    if offered is not None:
+        assert offered["tools"] == [BASH, TOOL] and body["tools"] == [BASH]
+    assert with_tool({**body, "messages": [USER, ASSISTANT]}, plan) is None  # a prefill never
+    assert with_tool({**body, "tools": []}, plan) is None  # no tools declared: never
+
+
+def test_a_plan_stored_without_the_flag_reads_back_without_it() -> None:
+    """Plans stored before the flag: no ``pointers`` key, and their own view decides."""
+    stored = orjson.loads(_plan((FromClient(0), CUT_NAMING)).to_json())
+    assert "pointers" not in stored
+    plan = Plan.from_json(orjson.dumps(stored))
+    assert plan.pointers is None and plan_names_pointers(plan)
+    with pytest.raises(ValueError, match="pointers"):
+        Plan.from_json(orjson.dumps({**stored, "pointers": "yes"}))
+
+
+POINTER = re.compile(rb"transcript:s1:\d+|artifact:s1:[A-Za-z0-9._-]+:[0-9a-f]{64}")
+
+
+@st.composite
+def agent_policies(draw: Any) -> CompactionPolicy:
+    """Policies that compact an agent's loop early and often, in every layer (a low threshold,
+    a small recent window, cut results)."""
+    threshold = draw(st.integers(500, 2_500))
+    return CompactionPolicy(
+        threshold=threshold,
+        hard_limit=threshold * 40,
+        target_ratio=draw(st.sampled_from([0.55, 0.8, 0.95])),
+        tool_result_cap=draw(st.integers(60, 500)),
+        keep_recent=draw(st.integers(1, 3)),
+        summarize=draw(st.booleans()),
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    conv=conversations(min_turns=3, max_turns=12),
+    policy=st.one_of(policies(), agent_policies()),
+    every_turn=st.booleans(),
+)
+def test_turn_by_turn_the_tool_comes_with_the_first_pointer_and_stays(
+    conv: Conversation, policy: CompactionPolicy, every_turn: bool
+) -> None:
+    """Compaction turn by turn (one plan cache; the transcript holds every message; cut results
+    are named as artifacts of the session), each request ending right before an answer (with a
+    system entry after every user turn when ``every_turn``, as Claude Code sends them): the
+    views never carry the tool before the first one that names a pointer, and from that one on,
+    every view does. (Provider ``compaction`` blocks are left out: a conversation the provider
+    compacts itself is forwarded to it as sent, no view of ours.)"""
+    messages = as_claude_code_sends(conv.messages, every_turn)
+    plans = PlanCache()
+    counter = TokenCounter()
+    ends = [k for k in range(1, len(messages)) if messages[k]["role"] == "assistant"]
+    first: int | None = None
+    for k, end in enumerate([*ends, len(messages)]):
+        request = CompactionInput(
+            conv.system, conv.tools, messages[:end], "model", artifact_session="s1",
+            transcript=TranscriptNaming("s1"),
+        )
+        outcome = compact(request, policy, counter, plans, "s1")
+        while not isinstance(outcome, Done):
+            if isinstance(outcome, NeedsNaming):
+                outcome = named_turns(outcome.continuation, {i: i + 1 for i in outcome.indices})
+            else:
+                outcome = step(outcome.continuation, "a summary of the earlier turns")
+        result = outcome.result
+        view = result.messages
+        if first is None and POINTER.search(orjson.dumps(view)):
+            first = k
+        offered = with_tool({"tools": conv.tools, "messages": view}, result.plan) if result.changed else None
+        assert (offered is not None) == (first is not None), (k, first, result.layers)
+        if offered is not None and not POINTER.search(orjson.dumps(view)):
+            event("the tool stays on a view that names no pointer any more")
 
 
 @pytest.mark.parametrize(

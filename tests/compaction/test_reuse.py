@@ -215,6 +215,7 @@ def test_a_view_is_kept_with_its_plan_and_only_in_memory() -> None:
         "manifest",
         "bridge",
         "summary_status",
+        "pointers",  # whether its views offer the retrieval tool (retrieval.plan_names_pointers)
     }
     assert Plan.from_json(plan.to_json()) == plan
     # a plan put without a view gets one on its first reuse

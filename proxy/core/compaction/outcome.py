@@ -21,6 +21,7 @@ from proxy.core.compaction.plan import LAYERS, Plan, PlanCache, PlanView
 from proxy.core.compaction.policy import CompactionPolicy
 from proxy.core.compaction.provider import CompactionCall
 from proxy.core.compaction.prune import Region
+from proxy.core.compaction.retrieval import plan_names_pointers, view_names_pointers
 from proxy.core.compaction.summarize import SummaryPlan, SummaryRequest
 from proxy.core.compaction.view import Entry, FromClient, Message, role_of
 from proxy.core.tokens import Canonical
@@ -243,16 +244,21 @@ def finalize(
         done = {*applied, *(base.layers if base is not None else ())}
         if bridge is None and base is not None:
             bridge = base.bridge
+        items = tuple(e.item for e in entries[:-1])
+        kept = None if bridge is None or bridge.empty else bridge
         plan = Plan(
             tenant=run.tenant,
             anchor=run.hashes[1],
             prefix_len=n - 1,
             prefix_hash=run.hashes[n - 1],
-            items=tuple(e.item for e in entries[:-1]),
+            items=items,
             layers=tuple(layer for layer in LAYERS if layer in done),
             manifest=(*(base.manifest if base is not None else ()), *records),
-            bridge=None if bridge is None or bridge.empty else bridge,
+            bridge=kept,
             summary_status=summary_status,
+            # once a view of the conversation named a pointer, its later views do, or keep the
+            # tool (retrieval.plan_names_pointers)
+            pointers=view_names_pointers(items, kept) or plan_names_pointers(base),
         )
         client_frozen = compaction_end(run.request.messages[: n - 1])
         run.plans.put(plan, view_of(run, entries[:-1], client_frozen, plan.compaction_id))

@@ -167,9 +167,13 @@ class Plan:
     manifest: tuple[ManifestRecord, ...]
     bridge: Bridge | None
     summary_status: str  # of the compaction that made the plan: "ok" | "failed" | "skipped"
+    # Whether its view, or the view of a plan it was built on, names a pointer the model can
+    # redeem (``proxy.core.compaction.retrieval.plan_names_pointers``): from then on the
+    # conversation's views offer the retrieval tool. ``None``: stored before this was recorded.
+    pointers: bool | None = None
 
     def to_data(self) -> dict[str, Any]:
-        return {
+        data = {
             "v": _VERSION,
             "tenant": self.tenant,
             "anchor": self.anchor,
@@ -181,6 +185,9 @@ class Plan:
             "bridge": None if self.bridge is None else self.bridge.to_json(),
             "summary_status": self.summary_status,
         }
+        if self.pointers is not None:
+            data["pointers"] = self.pointers
+        return data
 
     def to_json(self) -> bytes:
         """JSON that ``from_json`` turns back into an equal plan whose view has the same bytes.
@@ -208,6 +215,9 @@ class Plan:
             if not isinstance(prefix_len, int) or prefix_len < 1:
                 raise ValueError("prefix_len must be a positive integer")
             items = tuple(_item_from_json(i) for i in raw["items"])
+            pointers = raw.get("pointers")
+            if pointers is not None and not isinstance(pointers, bool):
+                raise ValueError("pointers must be true, false or absent")
             if any(isinstance(i, FromClient) and i.origin >= prefix_len for i in items):
                 raise ValueError("plan item refers past its prefix")
             return Plan(
@@ -220,6 +230,7 @@ class Plan:
                 manifest=tuple(record_from_json(r) for r in raw["manifest"]),
                 bridge=None if bridge is None else Bridge.from_json(bridge),
                 summary_status=status,
+                pointers=pointers,
             )
         except (KeyError, TypeError, AttributeError, orjson.JSONDecodeError) as exc:
             raise ValueError(f"malformed plan: {exc}") from exc

@@ -7,9 +7,18 @@ to offer it, how to recognise the model's calls, how to page a source's text int
 
 Decisions:
 
-* The tool is offered only to a request that already declares tools (a non-empty ``tools``
-  list) and never when the client has a tool of the same name. It is appended *last*, so the
-  client's own tools keep their bytes and positions; the definition is a constant.
+* The tool is offered (``with_tool``) from the first forwarded view of a conversation that
+  names a pointer the model can redeem on: that body, the one that first carries a bridge or a
+  truncation marker with a pointer, carries the tool too, and every later view of the
+  conversation keeps it (``plan_names_pointers``; also after a later compaction dropped the
+  only pointer), so ``tools`` changes once, together with the messages, and keeps its bytes.
+  Never before, never to a request that declares no tools (a non-empty ``tools`` list) or has
+  a tool of the same name, and never to a view that continues an assistant prefill (the loop
+  extends a view with a new assistant turn; a prefill is continued, not extended). A ``role:
+  "system"`` entry after the newest user turn (a mid-conversation system message: Claude Code
+  2.1.197 appends one whenever a turn brings new context) belongs to that user turn, so a view
+  ending with one asks for a new assistant turn like any other. The tool is appended *last*,
+  so the client's own tools keep their bytes and positions; the definition is a constant.
 * A call is answered with a ``tool_result`` whose first text block is exactly the source's text
   from ``offset`` (at most ``max_chars`` characters, Python code points); when more remains a
   second, short text block gives the next offset. Every failure is an ``is_error`` result that
@@ -28,8 +37,9 @@ from typing import Any
 
 import orjson
 
+from proxy.core.compaction.bridge import Bridge
 from proxy.core.compaction.plan import Plan
-from proxy.core.compaction.view import Cut, FromClient
+from proxy.core.compaction.view import Cut, FromClient, ViewItem
 
 __all__ = [
     "TOOL",
@@ -38,6 +48,7 @@ __all__ = [
     "BadCall",
     "Call",
     "artifact_text",
+    "asks_for_a_new_turn",
     "error_result",
     "event_text",
     "is_ours",
@@ -46,6 +57,8 @@ __all__ = [
     "parse_call",
     "plan_names_pointers",
     "sum_usage",
+    "view_names_pointers",
+    "with_tool",
 ]
 
 TOOL_NAME = "context_proxy_retrieve"
@@ -97,6 +110,31 @@ def offer_tool(body: Mapping[str, Any]) -> dict[str, Any] | None:
     return {**body, "tools": [*tools, TOOL]}
 
 
+def asks_for_a_new_turn(messages: Any) -> bool:
+    """Whether the model answers ``messages`` with a new assistant turn: the last message that is
+    not a ``role: "system"`` entry is a user message. (A system entry stands immediately after a
+    user turn and the provider merges it into that turn: "Claude Opus 4.8 accepts role: "system"
+    messages immediately after a user turn", platform.claude.com/docs/en/about-claude/models/
+    whats-new-claude-4-8.) ``False`` for a prefill: the last message is the assistant's."""
+    if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+        return False
+    for message in reversed(messages):
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if role != "system":
+            return role == "user"
+    return False
+
+
+def with_tool(view: Mapping[str, Any], plan: Plan | None) -> dict[str, Any] | None:
+    """The forwarded ``view`` (a body) with the tool, when it carries it: ``plan`` (what made
+    the view) names a pointer the model can redeem, or did on an earlier turn
+    (``plan_names_pointers``), the view asks for a new assistant turn, and ``offer_tool``
+    appends it. ``None`` otherwise (``view`` is never touched)."""
+    if not plan_names_pointers(plan) or not asks_for_a_new_turn(view.get("messages")):
+        return None
+    return offer_tool(view)
+
+
 def _names_artifact(content: Any) -> bool:
     if isinstance(content, str):
         return _MARKER_POINTER in content
@@ -108,19 +146,33 @@ def _names_artifact(content: Any) -> bool:
     return False
 
 
-def plan_names_pointers(plan: Plan | None) -> bool:
-    """Whether the view a plan makes holds a pointer the model can redeem: a cut result's
-    artifact (in its truncation marker) or the transcript range its bridge names."""
-    if plan is None:
-        return False
-    if plan.bridge is not None and plan.bridge.transcript is not None:
+def view_names_pointers(items: Sequence[ViewItem], bridge: Bridge | None) -> bool:
+    """Whether the view of ``items`` and ``bridge`` holds a pointer the model can redeem: a cut
+    result's artifact (in its truncation marker) or the transcript range the bridge names."""
+    if bridge is not None and bridge.transcript is not None:
         return True
-    for item in plan.items:
+    for item in items:
         if isinstance(item, FromClient) and item.blocks is not None:
             for op in item.blocks:
                 if isinstance(op, Cut) and _names_artifact(op.content):
                     return True
     return False
+
+
+def plan_names_pointers(plan: Plan | None) -> bool:
+    """Whether the views ``plan`` makes carry the tool: its own view names a pointer the model
+    can redeem, or the view of a plan it was built on did (``Plan.pointers``, set when the plan
+    is made: ``view_names_pointers`` or its base's). So once a conversation's view named a
+    pointer, every later view offers the tool, also after a later compaction dropped the only
+    one (a cut read superseded by a newer read of the file: nothing of it is lost), and
+    ``tools``, the first thing in the prompt-cache prefix, changes once per conversation. A
+    pointer that no view ever showed (a result cut and dropped in the same compaction) counts
+    for nothing. A plan stored before ``pointers`` was recorded: its own view decides."""
+    if plan is None:
+        return False
+    if plan.pointers is not None:
+        return plan.pointers
+    return view_names_pointers(plan.items, plan.bridge)
 
 
 def is_ours(block: Any) -> bool:

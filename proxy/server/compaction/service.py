@@ -38,7 +38,7 @@ from proxy.core.compaction.bridge import TranscriptNaming
 from proxy.core.compaction.context import compaction_end
 from proxy.core.compaction.digest import Digests, Resent
 from proxy.core.compaction.provider import COMPACT_BETA, leads_with_compaction
-from proxy.core.compaction.retrieval import offer_tool, plan_names_pointers
+from proxy.core.compaction.retrieval import with_tool
 from proxy.core.conversation import Conversation
 from proxy.core.durable import InvalidWrite
 from proxy.core.errors import PromptTooLong
@@ -167,14 +167,12 @@ def _estimate(result: CompactionResult, ratio: float) -> int:
 def _with_retrieval(
     view: dict[str, Any], result: CompactionResult, config: CompactionConfig
 ) -> dict[str, Any] | None:
-    """The view with the retrieval tool, when it names a pointer the model can redeem (and
-    declares tools, and ends with a user turn: a prefill is continued, not extended)."""
-    if not config.retrieval.enabled or not plan_names_pointers(result.plan):
+    """The view with the retrieval tool, when the tenant offers it and the view carries it
+    (``retrieval.with_tool``: it names a pointer the model can redeem, asks for a new assistant
+    turn, declares tools)."""
+    if not config.retrieval.enabled:
         return None
-    messages = result.messages
-    if not messages or not isinstance(messages[-1], Mapping) or messages[-1].get("role") != "user":
-        return None
-    return offer_tool(view)
+    return with_tool(view, result.plan)
 
 
 def _compacts_anew(outcome: CompactionOutcome) -> bool:
