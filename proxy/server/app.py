@@ -29,6 +29,7 @@ from proxy.core.errors import (
     error_body,
     new_request_id,
 )
+from proxy.core.pointers import PARSES
 from proxy.core.reparse import BodyMemo
 from proxy.server.admin.routes import add_admin_routes
 from proxy.server.appkeys import (
@@ -65,8 +66,9 @@ from proxy.server.quota import QUOTA, QUOTA_TICKET, QuotaKeeper
 from proxy.server.relay.answer import ERROR_FORMATS, ErrorRenderer
 from proxy.server.relay.forward import Forwarder
 from proxy.server.upstream.platforms import CURRENT, Platforms, UpstreamPlatform
-from proxy.sources.resolver import SourceResolver
+from proxy.sources.resolver import ResolverLimits, SourceResolver
 from proxy.store import open_store
+from proxy.store.usage import KEY_CHECKS
 from proxy.tenancy.tenants import load_tenancy
 
 log = logging.getLogger("context_proxy.app")
@@ -249,14 +251,21 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[FORWARDER] = forwarder
     app[PLATFORMS] = Platforms(session, forwarder.timeout, app[CATALOGUE], app[METRICS])
     app[COMPACTION] = CompactionService(
-        config.compaction, config.upstream.base_url, app[METRICS], app[CATALOGUE]
+        config.compaction, config.upstream.base_url, app[METRICS], app[CATALOGUE],
+        limits=config.limits,
     )
     await app[COMPACTION].warm_up()
     store = await open_store(config.store_url)
+    store.states.cache.resize(config.limits.durable_states)
     app[STORE] = store
     app[COMPACTION].store = store
-    app[RESOLVER] = SourceResolver()
-    app[DURABLE] = DurableContext(store, app[RESOLVER])
+    app[RESOLVER] = SourceResolver(ResolverLimits(cache_entries=config.limits.source_checks))
+    app[DURABLE] = DurableContext(
+        store, app[RESOLVER], export_files=config.limits.transcript_exports
+    )
+    app[METRICS].watch(
+        *app[COMPACTION].caches(), *app[DURABLE].caches(), store.states.cache, PARSES, KEY_CHECKS
+    )
     app[SOURCE_CHECKS] = app[DURABLE].checks
     app[STATE].readiness_checks.append(StoreReadiness(store))  # the store as requests see it
     app[LEDGER] = LedgerRecorder(store, app[METRICS], config, app[CATALOGUE])
@@ -299,8 +308,9 @@ def build_app(config: Config) -> web.Application:
     app[TENANCY] = TenancyHolder(load_tenancy(config))  # invalid policies: PolicyError, no start
     app[BODIES] = BodyMemo(config.limits.body_memo_bytes)
     app[CATALOGUE] = catalogue_of(config)
-    app[THINKING] = ThinkingGuard(app[CATALOGUE])
+    app[THINKING] = ThinkingGuard(app[CATALOGUE], max_records=config.limits.thinking_records)
     app[METRICS] = new_metrics()
+    app[METRICS].watch(app[BODIES].entries, app[THINKING].records.cache)
     app[STATE] = ProxyState()
     app[ERROR_FORMATS] = {}
     app[LISTENERS] = Listeners()
