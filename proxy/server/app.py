@@ -76,6 +76,8 @@ log = logging.getLogger("context_proxy.app")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # the paths admission and authentication apply to: the Anthropic API's and the client formats'
 API_PATHS = ("/v1/", *FORMAT_PATHS)
+# the status a request whose client left during its answer is counted under (metrics, access log)
+CLIENT_GONE = 499
 ReadinessCheck = Callable[[], Awaitable[bool]]
 
 
@@ -113,20 +115,39 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             response = _error_response(NotFound(f"{request.method} {request.path}: method not allowed"))
         else:
             raise
-    except Exception as exc:  # a bug: still an Anthropic-shaped 500 (never aiohttp's page)
-        log.error(
-            "[error] %s %s -> 500 unexpected %s", request.method, route, type(exc).__name__,
-            exc_info=True,
-        )
-        response = _error_response(
-            ProxyError("internal error in the proxy"), request.app[ERROR_FORMATS].get(route)
-        )
+    except ConnectionResetError as exc:
+        if _client_gone(request):
+            # The client left while its answer was written (the write found the connection
+            # closing before aiohttp cancelled the handler): as a cancellation, nothing to answer
+            # and no bug. 499, as nginx counts a client that closed its request; nothing is sent.
+            log.info("[error] %s %s: the client went away during the answer", request.method, route)
+            response = web.Response(status=CLIENT_GONE)
+        else:
+            response = _unexpected(request, route, exc)
+    except Exception as exc:
+        response = _unexpected(request, route, exc)
     finally:
         ticket = request.get(QUOTA_TICKET)
         if ticket is not None:  # a request that never reached the provider: its reservation back
             ticket.finish()
     metrics.child(metrics.requests, route, str(response.status)).inc()
     return response
+
+
+def _unexpected(request: web.Request, route: str, exc: Exception) -> web.Response:
+    """A bug: still an Anthropic-shaped 500 (never aiohttp's page), its traceback logged."""
+    log.error(
+        "[error] %s %s -> 500 unexpected %s", request.method, route, type(exc).__name__,
+        exc_info=exc,
+    )
+    return _error_response(
+        ProxyError("internal error in the proxy"), request.app[ERROR_FORMATS].get(route)
+    )
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 @web.middleware
