@@ -534,10 +534,15 @@ def verdict(res: dict[str, Any]) -> list[tuple[str, bool, str]]:
         out.append(("RSS over the second half", growth < GOAL_SECOND_HALF,
                     f"{mid:.1f} -> {end:.1f} MB ({growth:+.1%}; goal < {GOAL_SECOND_HALF:.0%})"))
         half = rows[n // 2:]
-        low, high = min(r["handles_min"] for r in half), max(r["handles_max"] for r in half)
-        out.append(("files and database handles flat over the second half", high - low <= 2 * GOAL_FDS,
-                    f"{low}-{high} (goal +-{GOAL_FDS}); sockets follow the requests in flight:"
-                    f" {min(r['fds_min'] for r in half)}-{max(r['fds_max'] for r in half)} FDs in all"))
+        # each minute's least count: a handle left open raises it for good; the exports' and
+        # artifacts' files open for a moment do not
+        floors = [r["handles_min"] for r in half]
+        out.append(("files and database handles flat over the second half",
+                    max(floors) - min(floors) <= 2 * GOAL_FDS,
+                    f"least per minute {min(floors)}-{max(floors)} (goal +-{GOAL_FDS}; at most"
+                    f" {max(r['handles_max'] for r in half)} open for a moment); sockets follow the"
+                    f" requests in flight: {min(r['fds_min'] for r in half)}-{max(r['fds_max'] for r in half)}"
+                    " FDs in all"))
         p2, plast = rows[1]["p99_ms"], rows[-1]["p99_ms"]
         out.append(("p99 last minute vs second", plast <= GOAL_P99 * p2,
                     f"{p2:.1f} -> {plast:.1f} ms ({plast / p2:.2f}x; goal <= {GOAL_P99}x)"))
