@@ -126,17 +126,19 @@ class BenchUpstream(FakeUpstream):
         return await super()._answer(request, entry)
 
 
-async def serve_upstream(up: FakeUpstream) -> None:
-    """Run a fake upstream in this process until SIGTERM/SIGINT; its URL goes to stdout first
-    (``UPSTREAM <url>``: what ``spawn_upstream`` reads)."""
-    url = await up.start()
-    print(f"UPSTREAM {url}", flush=True)
+async def serve_upstream(*ups: Any) -> None:
+    """Run fake upstreams (each with ``start() -> url`` and ``stop()``) in this process until
+    SIGTERM/SIGINT; their URLs go to stdout first (``UPSTREAM <url> ...``: what
+    ``spawn_upstream`` reads)."""
+    urls = [await up.start() for up in ups]
+    print("UPSTREAM " + " ".join(urls), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
-    await up.stop()
+    for up in ups:
+        await up.stop()
 
 
 async def _run_upstream() -> None:

@@ -94,11 +94,12 @@ def test_the_metrics_page_lists_every_metric_the_code_registers(hook: ModuleType
     shown = {m.name.removesuffix("_total") for m in hook.metric_rows()}
     declared: set[str] = set()
     for path in (ROOT / "proxy").rglob("*.py"):
-        declared |= set(re.findall(r"(?:Counter|Gauge|Histogram)\(\s*\"(context_proxy_\w+)\"", path.read_text()))
+        declared |= set(re.findall(r"(?:Counter|Gauge|Histogram)(?:MetricFamily)?\(\s*\"(context_proxy_\w+)\"", path.read_text()))
     assert declared and shown == declared
     rows = {m.name: m for m in hook.metric_rows()}
     assert rows["context_proxy_usage_tokens_total"].labels == ("tenant", "model", "type")
     assert rows["context_proxy_upstream_latency_seconds"].type == "histogram"
+    assert rows["context_proxy_cache_evictions_total"].labels == ("cache",)
 
 
 def test_the_cli_page_shows_every_command_and_option(hook: ModuleType) -> None:

@@ -46,6 +46,15 @@ def test_a_quiet_proxy_never_releases() -> None:
     assert _run(schedule, [1, 0, 31, 0, 0, 5] + [0] * 100) == []
 
 
+def test_a_steady_load_that_never_peaks_is_released_once_idle() -> None:
+    """A few requests in flight at every poll for a while (a soak, not a burst): once idle, the
+    release, and the late one; the same few polls spread over a quiet period: nothing."""
+    schedule = TrimSchedule(busy=32, quiet=2, late=65, busy_polls=30)
+    assert _run(schedule, [3] * 29 + [0] * 80) == []
+    assert _run(schedule, [2] * 30 + [0] * 70) == [31, 30 + 64]  # the 2nd and the 65th quiet polls
+    assert _run(schedule, ([1] + [0] * 5) * 29 + [0] * 70) == []  # 29 active polls since
+
+
 def test_activity_postpones_the_release() -> None:
     schedule = TrimSchedule(busy=32, quiet=2, late=65)
     # busy, then single quiet polls between requests: no release until two quiet polls in a row
@@ -85,7 +94,9 @@ def test_the_poll_releases_after_a_burst(loop_thread: LoopThread) -> None:
 
     async def go() -> None:
         task = asyncio.create_task(
-            release_when_idle(state, TrimSchedule(busy=3, quiet=2, late=1000), released.set, 0.001)
+            release_when_idle(
+                state, TrimSchedule(busy=3, quiet=2, late=1000, busy_polls=10**6), released.set, 0.001
+            )
         )
         try:
             state.inflight = 2

@@ -67,6 +67,21 @@ def test_an_absence_is_forgotten_and_the_map_is_bounded() -> None:
     assert absent.fresh("t", "b") and absent.fresh("t", "c")
 
 
+def test_expired_absences_leave_as_new_ones_are_noted() -> None:
+    """Absences of conversations that never came back are not kept until the bound pushes them
+    out: the map holds about the conversations seen in the last ``ttl`` seconds."""
+    clock = Clock()
+    absent = AbsentPlans(ttl=30, max_entries=1000, clock=clock)
+    for anchor in ("a", "b", "c"):
+        absent.note("t", anchor)
+    clock.now += 20
+    absent.note("t", "d")
+    clock.now += 10  # a, b and c are 30 s old: expired; d is 10 s old
+    absent.note("t", "e")
+    assert len(absent) == 2 and absent.fresh("t", "d") and absent.fresh("t", "e")
+    assert absent.cache.evictions == 0  # expiry is not the bound's doing
+
+
 @pytest.mark.parametrize("ttl, size", [(-1, 10), (1, 0)])
 def test_absent_plans_refuses_bad_bounds(ttl: float, size: int) -> None:
     with pytest.raises(ValueError):

@@ -319,7 +319,7 @@ def test_a_never_seen_body_is_located_only_when_a_next_turn_comes() -> None:
     turn (not for a body whose conversation never comes back): the lookup then finds it."""
     memo = BodyMemo(min_bytes=0)
     parse(memo, dumps(body(6)))
-    (entry,) = memo._entries.values()
+    (entry,) = memo.entries.values()
     assert not entry.located and entry.ends == []  # remembered, not scanned
     got = parse(memo, dumps(body(8)))
     assert got.reused == 5 and entry.located and len(entry.ends) == 6
@@ -337,7 +337,7 @@ def test_a_body_whose_elements_cannot_be_located_is_dropped_when_looked_up() -> 
     assert len(memo) == 1
     got = parse(memo, text(8))  # (equal to orjson.loads: checked by ``parse``)
     assert got.reused == 0
-    (entry,) = memo._entries.values()
+    (entry,) = memo.entries.values()
     assert entry.text == text(8)  # the first one was dropped at the lookup
 
 

@@ -69,9 +69,10 @@ def metric_rows() -> list[MetricRow]:
             metric = getattr(holder, f.name)
             if not hasattr(metric, "describe"):
                 continue
-            (family,) = metric.describe()
-            name = family.name + ("_total" if family.type == "counter" else "")
-            found.append(MetricRow(name, family.type, tuple(metric._labelnames), family.documentation))
+            for family in metric.describe():  # one, or a collector's several (the caches')
+                name = family.name + ("_total" if family.type == "counter" else "")
+                labels = metric._labelnames if hasattr(metric, "_labelnames") else family._labelnames
+                found.append(MetricRow(name, family.type, tuple(labels), family.documentation))
     return sorted(found, key=lambda m: m.name)
 
 

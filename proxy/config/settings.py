@@ -92,6 +92,10 @@ class ListenConfig:
 
 
 
+def _cache_bound(value: int) -> str | None:
+    return None if value >= 0 else "a number >= 0 (0 keeps nothing)"
+
+
 @dataclass(frozen=True, slots=True)
 class LimitsConfig:
     max_body_bytes: int = field(
@@ -136,13 +140,90 @@ class LimitsConfig:
             " value is raised to the hard one at start.",
         ),
     )
+    # The bounded caches (`proxy/core/bounded.py`): what the proxy keeps per session, conversation,
+    # tenant or key, each bounded (least recently used out first), so that a replica that is never
+    # restarted holds at most their sum whatever number of sessions passes through. A miss only
+    # costs work, never another answer (docs/operations/memory.md).
     body_memo_bytes: int = field(
         default=16 * 1024 * 1024,
         metadata=check(
-            non_negative,
+            _cache_bound,
             doc="The body memo (`proxy/core/reparse.py`): the latest body of each conversation (per"
             " tenant and credential) kept parsed, so the next turn parses only its new bytes. Bytes of"
-            " body text kept (its parsed objects take ~4-5x that in memory); `0` turns it off.",
+            " body text kept; with its parsed objects it takes ~3.3x that in memory. A miss: the whole"
+            " body parsed, validated and hashed again. `0` turns it off.",
+        ),
+    )
+    token_memo_blocks: int = field(
+        default=50_000,
+        metadata=check(
+            _cache_bound,
+            doc="Token counts of content blocks, by content hash (~180 bytes each). A miss: the block"
+            " is tokenised again. `0` turns it off.",
+        ),
+    )
+    token_memo_messages: int = field(
+        default=50_000,
+        metadata=check(
+            _cache_bound,
+            doc="Token counts of whole messages, by their marker-free hash (~180 bytes each). A miss:"
+            " the message is counted block by block (through the block memo). `0` turns it off.",
+        ),
+    )
+    thinking_records: int = field(
+        default=20_000,
+        metadata=check(
+            _cache_bound,
+            doc="What each thinking block an answer brought was made under, on models that bind"
+            " thinking to its prefix (~240 bytes each). A miss: the block is judged as one made"
+            " elsewhere: stale when the proxy changed what precedes it, so it is dropped (or the"
+            " provider asked to drop it) though it may have been valid. `0` keeps none.",
+        ),
+    )
+    plan_cache_bytes: int = field(
+        default=8 * 1024 * 1024,
+        metadata=check(
+            _cache_bound,
+            doc="Compaction plans kept in memory, as bytes of their JSON (their objects take ~3.8x"
+            " that; `compaction.max_plans` bounds their number too; the conversation served last keeps"
+            " its plans whatever their size). A miss: the conversation's plans are read from the store"
+            " again before its next turn.",
+        ),
+    )
+    durable_states: int = field(
+        default=512,
+        metadata=check(
+            _cache_bound,
+            doc="Sessions whose folded durable state the store keeps (~2.5 KB for a state of a few"
+            " items). A miss: the session's whole durable history is read and folded again, instead of"
+            " the rows after the cached one.",
+        ),
+    )
+    transcript_exports: int = field(
+        default=4096,
+        metadata=check(
+            _cache_bound,
+            doc="Transcript files (a session's, or one agent's) whose length the JSONL export"
+            " remembers as it left them (~680 bytes each). A miss: the export reads the file's last"
+            " line back from the store and counts the file's lines before appending.",
+        ),
+    )
+    source_checks: int = field(
+        default=1024,
+        metadata=check(
+            _cache_bound,
+            doc="Verified source pointers: a local artifact's or transcript's digest and excerpt, by"
+            " the file's identity, and an object-store artifact's, by its ETag (up to ~4 KB each). A"
+            " miss: the file (or object) is read and hashed again.",
+        ),
+    )
+    calibration_keys: int = field(
+        default=1024,
+        metadata=check(
+            _cache_bound,
+            doc="Tenant and model pairs whose real/estimate token ratio the process keeps (~720 bytes"
+            " each). A miss: the figure is read from the store again (the default ratio when it has"
+            " none).",
         ),
     )
 

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import threading
 
+from proxy.core.bounded import Bounded
+
+# Memory one model's ratio takes (measured: tests/test_bounded_caches.py): its key ("tenant/model")
+# and a float in an LRU.
+RATIO_BYTES = 270
+
 
 class Calibration:
     """Running real/estimate ratio per model: an exponential moving average (``ALPHA`` = 0.2) of
@@ -26,9 +32,15 @@ class Calibration:
 
     __slots__ = ("_lock", "_ratios")
 
-    def __init__(self) -> None:
-        self._ratios: dict[str, float] = {}
+    def __init__(self, max_models: int = 1024) -> None:
+        # bounded (``calibration`` in the metrics): a model pushed out starts again from the
+        # default ratio (or the store's figure, which the edge reads for a key it does not know)
+        self._ratios: Bounded[str, float] = Bounded("calibration", max_models, entry_bytes=RATIO_BYTES)
         self._lock = threading.Lock()
+
+    @property
+    def cache(self) -> Bounded[str, float]:
+        return self._ratios
 
     def observe(self, model: str, estimate: int, real: int) -> bool | None:
         """Learn from one request: True when the sample was used, False when it was discarded
@@ -41,7 +53,7 @@ class Calibration:
         sample = min(self.MAX_RATIO, max(self.MIN_RATIO, raw))
         with self._lock:
             old = self._ratios.get(model)
-            self._ratios[model] = sample if old is None else old + self.ALPHA * (sample - old)
+            self._ratios.put(model, sample if old is None else old + self.ALPHA * (sample - old))
         return True
 
     def seed(self, model: str, ratio: float) -> None:
@@ -50,13 +62,20 @@ class Calibration:
         if not ratio > 0:
             return
         with self._lock:
-            self._ratios.setdefault(model, min(self.MAX_RATIO, max(self.MIN_RATIO, ratio)))
+            if model not in self._ratios:
+                self._ratios.put(model, min(self.MAX_RATIO, max(self.MIN_RATIO, ratio)))
 
     def known(self, model: str) -> bool:
         return model in self._ratios
 
+    def forget(self, model: str) -> None:
+        with self._lock:
+            self._ratios.pop(model)
+
     def ratio(self, model: str) -> float:
-        return self._ratios.get(model, 1.0)
+        with self._lock:
+            found = self._ratios.get(model)
+        return 1.0 if found is None else found
 
     def calibrated(self, model: str, estimate: int) -> int:
         return round(estimate * self.ratio(model))

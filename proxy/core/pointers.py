@@ -57,6 +57,8 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from proxy.core.bounded import FunctionMemo
+
 __all__ = [
     "ARTIFACT",
     "KINDS",
@@ -196,6 +198,7 @@ def parse_pointer(text: object) -> ParsedPointer:
 
 @functools.lru_cache(maxsize=8192)
 def _parse_str(text: str) -> ParsedPointer:
+    """``parse_pointer`` of an exact ``str`` (memoised: ``PARSES``)."""
     if not text:
         return _corrupt("empty")
     if not text.isascii():
@@ -233,3 +236,7 @@ def format_pointer(pointer: Pointer) -> str:
             return f"transcript:{pointer.session}:{pointer.agent}:{pointer.sequence}"
         return f"transcript:{pointer.session}:{pointer.sequence}"
     return f"artifact:{pointer.session}:{pointer.name}:{pointer.digest}"
+
+
+# the parse memo, for the metrics (``pointer_parses``): a pointer's text and its parsed value
+PARSES = FunctionMemo("pointer_parses", _parse_str, entry_bytes=400)

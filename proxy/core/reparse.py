@@ -65,7 +65,6 @@ from __future__ import annotations
 import operator
 import re
 import secrets
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +72,7 @@ from typing import Any
 import orjson
 import xxhash
 
+from proxy.core.bounded import Bounded
 from proxy.core.canonical import strip_markers
 from proxy.core.compaction.digest import Digests, Resent
 from proxy.core.protocol import Checkpoint
@@ -90,6 +90,11 @@ _SAME_CONVERSATION = 4
 # "messages" keys tried for the top-level array (a nested one comes first only when a member
 # before the array holds one)
 _TRIED_STARTS = 4
+# Memory an entry takes (measured: tests/test_bounded_caches.py, Claude Code's own bodies ~2-3x):
+# its text, its parsed messages and bookkeeping, ~MEMORY_PER_TEXT_BYTE times the text (counted as
+# its weight), plus a fixed part.
+MEMORY_PER_TEXT_BYTE = 3.3
+ENTRY_BYTES = 2000
 _COMMA = re.compile(rb"[ \t\n\r]*,")
 _NEXT = re.compile(rb"[ \t\n\r]*([,\]])")
 _EMPTY: frozenset[str] = frozenset()
@@ -183,20 +188,29 @@ class BodyMemo:
     def __init__(self, max_bytes: int = 16 << 20, min_bytes: int = 64 << 10) -> None:
         self.max_bytes = max_bytes
         self.min_bytes = min_bytes
-        self._size = 0
-        self._entries: OrderedDict[int, _Entry] = OrderedDict()  # id(entry) -> entry, LRU
+        # id(entry) -> entry, oldest learnt first (``body_memo`` in the metrics): bounded by the
+        # bytes of text (each entry's weight); their parsed objects take ~``MEMORY_PER_TEXT_BYTE``
+        # times that. An entry pushed out leaves ``_by_probe`` too.
+        self.entries: Bounded[int, _Entry] = Bounded(
+            "body_memo",
+            max_bytes // max(1, min_bytes) + 1 if max_bytes else 0,
+            entry_bytes=ENTRY_BYTES,
+            max_weight=max_bytes,
+            weight_factor=MEMORY_PER_TEXT_BYTE,
+            on_evict=self._unindex,
+        )
         self._by_probe: dict[tuple[str, int], list[_Entry]] = {}
         self._key = secrets.token_hex(16).encode()  # the continuation's key; see the module doc
         self.hits = 0
         self.misses = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)
 
     @property
     def size(self) -> int:
         """Bytes of text remembered."""
-        return self._size
+        return self.entries.weight
 
     # --- parsing ---------------------------------------------------------------------------
 
@@ -390,7 +404,7 @@ class BodyMemo:
         (Claude Code moves its breakpoint off the first message on the second turn). That body is
         superseded: dropped, not kept beside its successor until the LRU evicts it."""
         first = strip_markers(messages[0])
-        for entry in [e for e in self._entries.values() if e.scope == scope]:
+        for entry in [e for e in self.entries.values() if e.scope == scope]:
             if len(entry.messages) < len(messages) and strip_markers(entry.messages[0]) == first:
                 self._drop(entry)
 
@@ -408,16 +422,14 @@ class BodyMemo:
         return True
 
     def _add(self, entry: _Entry) -> None:
-        self._entries[id(entry)] = entry
         self._by_probe.setdefault((entry.scope, entry.probe), []).insert(0, entry)
-        self._size += len(entry.text)
-        while self._size > self.max_bytes and self._entries:
-            self._drop(next(iter(self._entries.values())))
+        self.entries.put(id(entry), entry, len(entry.text))  # the oldest go beyond the bounds
 
     def _drop(self, entry: _Entry) -> None:
-        if self._entries.pop(id(entry), None) is None:
-            return
-        self._size -= len(entry.text)
+        if self.entries.pop(id(entry)) is not None:
+            self._unindex(id(entry), entry)
+
+    def _unindex(self, _key: int, entry: _Entry) -> None:
         group = self._by_probe.get((entry.scope, entry.probe), [])
         group[:] = [e for e in group if e is not entry]
         if not group:

@@ -31,7 +31,6 @@ with the provider's signature: only equality between two requests matters.
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -39,6 +38,7 @@ from typing import Any, Literal
 import orjson
 import xxhash
 
+from proxy.core.bounded import Bounded
 from proxy.core.canonical import strip_markers
 
 __all__ = [
@@ -180,28 +180,34 @@ def answer_bindings(end: int, answer: Mapping[str, Any]) -> dict[int, int]:
     return out
 
 
-class BindingRecords:
-    """Bounded LRU: ident -> the binding key its block was made under. One event loop."""
+# Memory one record takes (measured: tests/test_bounded_caches.py): two 64-bit ints in an LRU.
+RECORD_BYTES = 240
 
-    def __init__(self, max_entries: int = 200_000) -> None:
-        self._max = max_entries
-        self._keys: OrderedDict[int, int] = OrderedDict()
+
+class BindingRecords:
+    """Bounded LRU (``thinking_records`` in the metrics): ident -> the binding key its block was
+    made under. One event loop.
+
+    A miss (a block made before the bound pushed its record out, or on another replica) is judged
+    as an unknown block: stale exactly when the proxy changed something before it. So a block
+    whose prefix the proxy rewrote is then asked to be dropped (``drop_block``, or dropped here
+    with thinking off) though it may have been valid: the model loses that block's reasoning,
+    never gets a stale one."""
+
+    def __init__(self, max_entries: int = 20_000) -> None:
+        self.cache: Bounded[int, int] = Bounded(
+            "thinking_records", max_entries, entry_bytes=RECORD_BYTES
+        )
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self.cache)
 
     def learn(self, bindings: Mapping[int, int]) -> None:
         for ident, key in bindings.items():
-            self._keys[ident] = key
-            self._keys.move_to_end(ident)
-        while len(self._keys) > self._max:
-            self._keys.popitem(last=False)
+            self.cache.put(ident, key)
 
     def get(self, ident: int) -> int | None:
-        key = self._keys.get(ident)
-        if key is not None:
-            self._keys.move_to_end(ident)
-        return key
+        return self.cache.get(ident)
 
 
 def stale_blocks(

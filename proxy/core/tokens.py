@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -70,6 +69,7 @@ import orjson
 import tiktoken
 import xxhash
 
+from proxy.core.bounded import Bounded
 from proxy.core.calibration import Calibration
 from proxy.core.canonical import (
     MARKER,
@@ -194,6 +194,13 @@ def _message_key(message: object, canonical: bytes | None, marked: bool) -> int:
 # system prompts and tool lists whose counts ``count_fixed`` remembers by identity: one per
 # conversation in flight is enough (a miss costs what a count without it costs)
 _FIXED_ENTRIES = 64
+# Memory one memo entry takes (measured: tests/test_bounded_caches.py): an int key and an int
+# count in an LRU; a fixed entry holds the parsed request's system and tools (shared with the
+# body memo while it keeps the body)...
+BLOCK_ENTRY_BYTES = 180
+MESSAGE_ENTRY_BYTES = 180
+# ... and when the body memo no longer holds them, a coding agent's parsed system and tools
+FIXED_ENTRY_BYTES = 40_000
 
 
 class TokenCounter:
@@ -201,20 +208,20 @@ class TokenCounter:
     per-message counts, when the caller supplies the messages' canonical JSON).
 
     ``cache_size`` bounds the block memo, ``message_cache_size`` the message memo (default
-    ``cache_size // 4``: a message holds ~3 blocks on average); 0 disables a memo. Both are LRU and
-    guarded by one lock, so a counter may be shared by threads.
+    ``cache_size // 4``: a message holds ~3 blocks on average); 0 disables a memo. Both are
+    ``Bounded`` (LRU; ``token_blocks``, ``token_messages`` and ``token_fixed`` in the metrics)
+    guarded by one lock, so a counter may be shared by threads. A miss costs the tokenising of
+    that block or message again (~80 us a KiB of text here), never another count.
     """
 
     __slots__ = (
         "_cache",
-        "_cache_size",
         "_encoding",
         "_fixed",
         "_hits",
         "_loaded",
         "_lock",
         "_message_cache",
-        "_message_cache_size",
         "_message_hits",
         "_message_misses",
         "_misses",
@@ -230,13 +237,17 @@ class TokenCounter:
         self._name = encoding
         self._encoding: Any = None
         self._loaded = False  # the encoding is loaded lazily, on first use
-        self._cache: OrderedDict[int, int] = OrderedDict()
-        self._cache_size = max(0, cache_size)
-        self._message_cache: OrderedDict[int, int] = OrderedDict()
-        self._message_cache_size = max(
-            0, self._cache_size // 4 if message_cache_size is None else message_cache_size
+        blocks = max(0, cache_size)
+        messages = max(0, blocks // 4 if message_cache_size is None else message_cache_size)
+        self._cache: Bounded[int, int] = Bounded(
+            "token_blocks", blocks, entry_bytes=BLOCK_ENTRY_BYTES
         )
-        self._fixed: dict[int, tuple[object, object, int, int]] = {}
+        self._message_cache: Bounded[int, int] = Bounded(
+            "token_messages", messages, entry_bytes=MESSAGE_ENTRY_BYTES
+        )
+        self._fixed: Bounded[int, tuple[object, object, int, int]] = Bounded(
+            "token_fixed", _FIXED_ENTRIES, entry_bytes=FIXED_ENTRY_BYTES
+        )
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
@@ -263,6 +274,11 @@ class TokenCounter:
         return len(self._cache)
 
     @property
+    def caches(self) -> tuple[Bounded[int, Any], ...]:
+        """The memos (for the metrics)."""
+        return (self._cache, self._message_cache, self._fixed)
+
+    @property
     def message_hits(self) -> int:
         """Messages answered by the message-level memo (their blocks were not visited)."""
         return self._message_hits
@@ -287,7 +303,7 @@ class TokenCounter:
         """The message memo's count for each key (``None``: not in it). Touches neither the
         memo's order nor its statistics."""
         with self._lock:
-            return list(map(self._message_cache.get, keys))
+            return self._message_cache.peek_many(keys)
 
     def count_text(self, text: str) -> int:
         """Tokens of plain text, no overhead. Special-token text never raises."""
@@ -370,9 +386,7 @@ class TokenCounter:
             return found[2], found[3]
         counts = self._count_system(system), self._count_tools(tools)
         with self._lock:
-            if len(self._fixed) >= _FIXED_ENTRIES:
-                del self._fixed[next(iter(self._fixed))]  # the oldest
-            self._fixed[key] = (system, tools, *counts)
+            self._fixed.put(key, (system, tools, *counts))
         return counts
 
     def uncached_bytes(self, system: object, tools: object, messages: Sequence[object]) -> int:
@@ -399,13 +413,8 @@ class TokenCounter:
         without a key is counted block by block)."""
         memo = self._message_cache
         with self._lock:  # one acquisition for the whole history
-            found = list(map(memo.get, keys))
-            touch = memo.move_to_end
-            hits = 0
-            for key, known in zip(keys, found, strict=True):
-                if known is not None:
-                    touch(key)
-                    hits += 1
+            found = memo.get_many(keys)
+            hits = len(found) - found.count(None)
             self._message_hits += hits
         if hits == len(found):  # every message was a hit
             return cast("tuple[int, ...]", tuple(found))
@@ -422,11 +431,8 @@ class TokenCounter:
         if fresh:
             with self._lock:
                 self._message_misses += len(fresh)
-                if self._message_cache_size:
-                    for key, tokens in fresh:
-                        memo[key] = tokens
-                    while len(memo) > self._message_cache_size:
-                        memo.popitem(last=False)
+                for key, tokens in fresh:
+                    memo.put(key, tokens)
         return tuple(out)
 
     def _cached(self, item: object, seed: int) -> int:
@@ -434,7 +440,6 @@ class TokenCounter:
         with self._lock:
             n = self._cache.get(key)
             if n is not None:
-                self._cache.move_to_end(key)
                 self._hits += 1
                 return n
             self._misses += 1
@@ -442,11 +447,8 @@ class TokenCounter:
             n = BLOCK_OVERHEAD + self.count_text(canonical.decode("utf-8", "replace"))
         else:
             n = self._block_tokens(item, canonical)
-        if self._cache_size:
-            with self._lock:
-                self._cache[key] = n
-                if len(self._cache) > self._cache_size:
-                    self._cache.popitem(last=False)
+        with self._lock:
+            self._cache.put(key, n)
         return n
 
     def _units(

@@ -29,6 +29,7 @@ from proxy.core.errors import (
     error_body,
     new_request_id,
 )
+from proxy.core.pointers import PARSES
 from proxy.core.reparse import BodyMemo
 from proxy.server.admin.routes import add_admin_routes
 from proxy.server.appkeys import (
@@ -65,8 +66,9 @@ from proxy.server.quota import QUOTA, QUOTA_TICKET, QuotaKeeper
 from proxy.server.relay.answer import ERROR_FORMATS, ErrorRenderer
 from proxy.server.relay.forward import Forwarder
 from proxy.server.upstream.platforms import CURRENT, Platforms, UpstreamPlatform
-from proxy.sources.resolver import SourceResolver
+from proxy.sources.resolver import ResolverLimits, SourceResolver
 from proxy.store import open_store
+from proxy.store.usage import KEY_CHECKS
 from proxy.tenancy.tenants import load_tenancy
 
 log = logging.getLogger("context_proxy.app")
@@ -74,6 +76,8 @@ log = logging.getLogger("context_proxy.app")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # the paths admission and authentication apply to: the Anthropic API's and the client formats'
 API_PATHS = ("/v1/", *FORMAT_PATHS)
+# the status a request whose client left during its answer is counted under (metrics, access log)
+CLIENT_GONE = 499
 ReadinessCheck = Callable[[], Awaitable[bool]]
 
 
@@ -111,20 +115,39 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             response = _error_response(NotFound(f"{request.method} {request.path}: method not allowed"))
         else:
             raise
-    except Exception as exc:  # a bug: still an Anthropic-shaped 500 (never aiohttp's page)
-        log.error(
-            "[error] %s %s -> 500 unexpected %s", request.method, route, type(exc).__name__,
-            exc_info=True,
-        )
-        response = _error_response(
-            ProxyError("internal error in the proxy"), request.app[ERROR_FORMATS].get(route)
-        )
+    except ConnectionResetError as exc:
+        if _client_gone(request):
+            # The client left while its answer was written (the write found the connection
+            # closing before aiohttp cancelled the handler): as a cancellation, nothing to answer
+            # and no bug. 499, as nginx counts a client that closed its request; nothing is sent.
+            log.info("[error] %s %s: the client went away during the answer", request.method, route)
+            response = web.Response(status=CLIENT_GONE)
+        else:
+            response = _unexpected(request, route, exc)
+    except Exception as exc:
+        response = _unexpected(request, route, exc)
     finally:
         ticket = request.get(QUOTA_TICKET)
         if ticket is not None:  # a request that never reached the provider: its reservation back
             ticket.finish()
     metrics.child(metrics.requests, route, str(response.status)).inc()
     return response
+
+
+def _unexpected(request: web.Request, route: str, exc: Exception) -> web.Response:
+    """A bug: still an Anthropic-shaped 500 (never aiohttp's page), its traceback logged."""
+    log.error(
+        "[error] %s %s -> 500 unexpected %s", request.method, route, type(exc).__name__,
+        exc_info=exc,
+    )
+    return _error_response(
+        ProxyError("internal error in the proxy"), request.app[ERROR_FORMATS].get(route)
+    )
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 @web.middleware
@@ -249,14 +272,21 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
     app[FORWARDER] = forwarder
     app[PLATFORMS] = Platforms(session, forwarder.timeout, app[CATALOGUE], app[METRICS])
     app[COMPACTION] = CompactionService(
-        config.compaction, config.upstream.base_url, app[METRICS], app[CATALOGUE]
+        config.compaction, config.upstream.base_url, app[METRICS], app[CATALOGUE],
+        limits=config.limits,
     )
     await app[COMPACTION].warm_up()
     store = await open_store(config.store_url)
+    store.states.cache.resize(config.limits.durable_states)
     app[STORE] = store
     app[COMPACTION].store = store
-    app[RESOLVER] = SourceResolver()
-    app[DURABLE] = DurableContext(store, app[RESOLVER])
+    app[RESOLVER] = SourceResolver(ResolverLimits(cache_entries=config.limits.source_checks))
+    app[DURABLE] = DurableContext(
+        store, app[RESOLVER], export_files=config.limits.transcript_exports
+    )
+    app[METRICS].watch(
+        *app[COMPACTION].caches(), *app[DURABLE].caches(), store.states.cache, PARSES, KEY_CHECKS
+    )
     app[SOURCE_CHECKS] = app[DURABLE].checks
     app[STATE].readiness_checks.append(StoreReadiness(store))  # the store as requests see it
     app[LEDGER] = LedgerRecorder(store, app[METRICS], config, app[CATALOGUE])
@@ -299,8 +329,9 @@ def build_app(config: Config) -> web.Application:
     app[TENANCY] = TenancyHolder(load_tenancy(config))  # invalid policies: PolicyError, no start
     app[BODIES] = BodyMemo(config.limits.body_memo_bytes)
     app[CATALOGUE] = catalogue_of(config)
-    app[THINKING] = ThinkingGuard(app[CATALOGUE])
+    app[THINKING] = ThinkingGuard(app[CATALOGUE], max_records=config.limits.thinking_records)
     app[METRICS] = new_metrics()
+    app[METRICS].watch(app[BODIES].entries, app[THINKING].records.cache)
     app[STATE] = ProxyState()
     app[ERROR_FORMATS] = {}
     app[LISTENERS] = Listeners()

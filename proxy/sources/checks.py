@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
+from proxy.core.bounded import CacheView
 from proxy.core.pointers import ArtifactPointer, BadPointer, TranscriptPointer, parse_pointer
 from proxy.sources.artifact_files import write_artifact
 from proxy.sources.audit_log import AuditLog
@@ -94,8 +95,13 @@ class SourceChecks:
             self._lookup,
             self._put_manifest,
             max_excerpt_chars=local.limits.max_excerpt_chars,
+            cache_entries=local.limits.cache_entries,
         )
         self.audit = AuditLog(self._write_audit)
+
+    def caches(self) -> tuple[CacheView, ...]:
+        """What the checks keep per pointer (for the metrics)."""
+        return (self.local.cache, self.artifacts.cache)
 
     async def _lookup(self, tenant: str, session: str, name: str) -> ManifestEntry | None:
         return await get_artifact_manifest(self.store, tenant, session, name)

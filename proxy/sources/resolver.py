@@ -70,13 +70,13 @@ import hashlib
 import os
 import stat
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 import orjson
 
+from proxy.core.bounded import Bounded
 from proxy.core.pointers import (
     ArtifactPointer,
     BadPointer,
@@ -121,8 +121,13 @@ class ResolverLimits:
 
     def __post_init__(self) -> None:
         for name in self.__slots__:
-            if getattr(self, name) < 1:
+            if getattr(self, name) < (0 if name == "cache_entries" else 1):
                 raise ValueError(f"ResolverLimits.{name} must be positive")
+
+
+# Memory one verified pointer takes (measured: tests/test_bounded_caches.py): its key (the policy,
+# the pointer, the file's identity) and the Resolution, its excerpt up to max_excerpt_chars.
+CHECK_BYTES = 3800
 
 
 Opener = Callable[[str, int, int | None], int]
@@ -361,7 +366,10 @@ class SourceResolver:
         self.limits = limits or ResolverLimits()
         self._opener = opener
         self._lock = threading.Lock()
-        self._cache: OrderedDict[Hashable, Resolution] = OrderedDict()
+        # bounded (``source_checks`` in the metrics): a miss reads and hashes the file again
+        self.cache: Bounded[Hashable, Resolution] = Bounded(
+            "source_checks", self.limits.cache_entries, entry_bytes=CHECK_BYTES
+        )
         self._hits = 0
         self._misses = 0
 
@@ -375,11 +383,11 @@ class SourceResolver:
 
     @property
     def cache_len(self) -> int:
-        return len(self._cache)
+        return len(self.cache)
 
     def clear_cache(self) -> None:
         with self._lock:
-            self._cache.clear()
+            self.cache.clear()
 
     def resolve(
         self, pointer_text: object, policy: SourcePolicy, *, excerpt: bool = False
@@ -432,9 +440,8 @@ class SourceResolver:
         try:
             key = (policy, pointer, excerpt, *_identity(st))
             with self._lock:
-                cached = self._cache.get(key)
+                cached = self.cache.get(key)
                 if cached is not None:
-                    self._cache.move_to_end(key)
                     self._hits += 1
                     return cached
                 self._misses += 1
@@ -494,7 +501,4 @@ class SourceResolver:
 
     def _remember(self, key: Hashable, result: Resolution) -> None:
         with self._lock:
-            self._cache[key] = result
-            self._cache.move_to_end(key)
-            while len(self._cache) > self.limits.cache_entries:
-                self._cache.popitem(last=False)
+            self.cache.put(key, result)

@@ -32,11 +32,11 @@ import asyncio
 import codecs
 import hashlib
 import posixpath
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from proxy.core.bounded import Bounded
 from proxy.core.pointers import ArtifactPointer, format_pointer
 from proxy.sources.layout import TOOL_RESULTS_DIR
 from proxy.sources.manifests import ManifestEntry, SigningKeys, sign_entry, verify_entry
@@ -80,6 +80,11 @@ def _excerpt(data: bytes, max_chars: int) -> str:
     return codecs.getincrementaldecoder("utf-8")("replace").decode(head, final=False)[:max_chars]
 
 
+# Memory one verified object takes (its key, the manifest entry, the ETag and the resolution with
+# its excerpt; tests/test_bounded_caches.py)
+VERIFIED_BYTES = 4300
+
+
 class StoreArtifacts:
     """Reads and writes tenants' artifacts on their object stores; shared by every request."""
 
@@ -96,8 +101,11 @@ class StoreArtifacts:
         self._lookup = lookup
         self._write_manifest = write_manifest
         self._max_excerpt_chars = max_excerpt_chars
-        self._cache_entries = cache_entries
-        self._cache: OrderedDict[Hashable, _Verified] = OrderedDict()
+        # bounded (``object_store_checks`` in the metrics): a miss gets and hashes the object
+        # again instead of a HEAD
+        self.cache: Bounded[Hashable, _Verified] = Bounded(
+            "object_store_checks", cache_entries, entry_bytes=VERIFIED_BYTES
+        )
         self._limits: dict[tuple[str, int], asyncio.Semaphore] = {}
         self.gets = 0
         self.heads = 0
@@ -123,7 +131,7 @@ class StoreArtifacts:
             return Checked(Resolution("denied", None), "prefix")
         entry = await self._lookup(tenant, pointer.session, pointer.name)
         cache_key = (tenant, settings, signing, pointer, excerpt)
-        cached = self._cache.get(cache_key)
+        cached = self.cache.peek(cache_key)
         async with self._semaphore(tenant, settings):
             # The cached answer stands only for the very entry it was verified with: equal in
             # every field (dataclass equality: tenant, session, name, size, sha256, written_at,
@@ -137,7 +145,7 @@ class StoreArtifacts:
                 self.heads += 1
                 head = await self.client.get(settings, key, head=True)
                 if head.status == "found" and head.etag is not None and head.etag == cached.etag:
-                    self._cache.move_to_end(cache_key)
+                    self.cache.touch(cache_key)
                     return Checked(cached.resolution, "cached")
                 if head.status != "found":
                     return self._refused(head)
@@ -147,10 +155,7 @@ class StoreArtifacts:
             return self._refused(fetched)
         checked = self._verify(tenant, pointer, fetched.data, entry, signing, excerpt)
         if checked.resolution.status == "available" and fetched.etag and entry is not None:
-            self._cache[cache_key] = _Verified(fetched.etag, entry, checked.resolution)
-            self._cache.move_to_end(cache_key)
-            while len(self._cache) > self._cache_entries:
-                self._cache.popitem(last=False)
+            self.cache.put(cache_key, _Verified(fetched.etag, entry, checked.resolution))
         return checked
 
     async def read(

@@ -34,11 +34,13 @@ import fcntl
 import os
 import secrets
 import stat
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import orjson
 
+from proxy.core.bounded import Bounded
 from proxy.core.pointers import (
     MAX_SEQUENCE,
     TranscriptPointer,
@@ -211,16 +213,34 @@ Fetch = Callable[[int, int], Sequence[StoredRecord]]
 """``fetch(after_seq, limit)``: the store's events after ``after_seq``, in order (blocking)."""
 
 
-@dataclass(slots=True)
+Mark = tuple[int, int, int, int]
+MARK_BYTES = 680  # one file's mark: its (root, session) key and four ints (tests/test_bounded_caches.py)
+
+
 class ExportMarks:
     """Where each exported file was left by this process: ``(st_ino, size, st_mtime_ns, lines)``
     per ``(root, session)``: a file as it was left is not checked again, and the line count only
-    reads what others appended since."""
+    reads what others appended since. Bounded (``transcript_exports`` in the metrics): a file
+    whose mark was pushed out costs its next export a read of its last line back from the store
+    and a count of its lines. Shared by the export threads (one lock)."""
 
-    files: dict[tuple[str, str], tuple[int, int, int, int]]
+    def __init__(self, max_files: int = 4096) -> None:
+        self.files: Bounded[tuple[str, str], Mark] = Bounded(
+            "transcript_exports", max_files, entry_bytes=MARK_BYTES
+        )
+        self._lock = threading.Lock()
 
-    def __init__(self) -> None:
-        self.files = {}
+    def get(self, key: tuple[str, str]) -> Mark | None:
+        with self._lock:
+            return self.files.get(key)
+
+    def put(self, key: tuple[str, str], mark: Mark) -> None:
+        with self._lock:
+            self.files.put(key, mark)
+
+    def pop(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self.files.pop(key)
 
 
 def export_session(
@@ -276,7 +296,7 @@ def _export(
         fcntl.flock(fd, fcntl.LOCK_EX)
         st = os.fstat(fd)
         size = st.st_size
-        left = marks.files.get(key)
+        left = marks.get(key)
         if left is not None and left[:3] == (st.st_ino, size, st.st_mtime_ns):
             last: int | None = left[3]  # as this process left it: nobody wrote since
         else:
@@ -284,7 +304,7 @@ def _export(
             if last is not None and _line_count(fd, st, marks, key) != last:
                 last = None
         if last is None:
-            marks.files.pop(key, None)
+            marks.pop(key)
             return _rebuild(root_fd, name, fetch)
         written = False
         while True:
@@ -301,7 +321,7 @@ def _export(
             if size == 0:
                 fsync_dir(root_fd)
         now = os.fstat(fd)
-        marks.files[key] = (now.st_ino, now.st_size, now.st_mtime_ns, last)
+        marks.put(key, (now.st_ino, now.st_size, now.st_mtime_ns, last))
         return last
     finally:
         os.close(fd)
@@ -345,7 +365,7 @@ def _consistent_tail(fd: int, size: int, fetch: Fetch) -> int | None:
 def _line_count(fd: int, st: os.stat_result, marks: ExportMarks, key: tuple[str, str]) -> int:
     """Complete lines in the file (read only past where this process left it, if it did)."""
     size = os.fstat(fd).st_size  # after a partial last line was cut
-    known = marks.files.get(key)
+    known = marks.get(key)
     start, count = 0, 0
     if known is not None and known[0] == st.st_ino and known[1] <= size:
         start, count = known[1], known[3]

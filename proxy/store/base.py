@@ -27,6 +27,7 @@ from proxy.store.errors import (
     StoreError,
     StoreUnavailable,
 )
+from proxy.store.folding import StateCache
 from proxy.store.health import StoreHealth
 from proxy.store.quota import CounterRow
 from proxy.store.usage import UsageGroup, UsageQuery, UsageRow
@@ -70,9 +71,12 @@ class Store(Protocol):
 
     ``health`` holds what its operations found (``proxy.store.health``): ``/readyz`` answers
     from it, and callers report what an outage cost them through it, one line per interval.
+    ``states`` is the folded durable state of the sessions used last (bounded; the app sets its
+    bound from ``limits.durable_states``).
     """
 
     health: StoreHealth
+    states: StateCache
 
     async def write_changes(
         self, tenant: str, session: str, changes: Sequence[Change]

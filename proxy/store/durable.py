@@ -58,20 +58,20 @@ class DurableFamily(Jobs):
 
     def __init__(self) -> None:
         # (tenant, session) -> (last folded seq, state); SQLite's two threads share it.
-        self._states = StateCache()
+        self.states = StateCache()
         self._states_lock = threading.Lock()
 
     async def _state(self, tx: Tx, tenant: str, session: str) -> tuple[int, DurableState]:
         """The session's folded state and the last ``seq`` folded into it."""
         with self._states_lock:
-            base = self._states.get(tenant, session)
+            base = self.states.get(tenant, session)
         rows = await history_rows(tx, tenant, session, base[0])
         with self._states_lock:
-            return self._states.fold(tenant, session, base, rows)
+            return self.states.fold(tenant, session, base, rows)
 
     def _forget_states(self) -> None:
         with self._states_lock:
-            self._states.clear()
+            self.states.clear()
 
     async def write_changes(
         self, tenant: str, session: str, changes: Sequence[Change]
@@ -91,7 +91,7 @@ class DurableFamily(Jobs):
                     change_rows(tenant, session, seq, events, now),
                 )
             with self._states_lock:
-                self._states.remember(tenant, session, seq + len(events), apply(events, state))
+                self.states.remember(tenant, session, seq + len(events), apply(events, state))
             return tuple(e.version for e in events)
 
         return await self._run(job)

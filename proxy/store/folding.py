@@ -8,11 +8,11 @@ SQLite and PostgreSQL: :func:`change_rows` and :func:`decode_change` (``proxy.st
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 import orjson
 
+from proxy.core.bounded import Bounded
 from proxy.core.durable import (
     EMPTY_STATE,
     ChangeEvent,
@@ -53,18 +53,25 @@ def change_rows(
     ]
 
 
+# Memory one session's fold takes (measured: tests/test_bounded_caches.py, a state of a few
+# items): the key, the last seq and the DurableState's records.
+STATE_BYTES = 2500
+
+
 class StateCache:
     """The folded state of the ``sessions`` most recently used sessions, with the last ``seq``
-    folded into each. Not locked: its owner (``proxy.store.durable``) holds a lock around each
-    call (SQLite's two worker threads share it)."""
+    folded into each (``durable_states`` in the metrics). A session pushed out costs its next read
+    its whole history, read and folded again. Not locked: its owner (``proxy.store.durable``)
+    holds a lock around each call (SQLite's two worker threads share it)."""
 
     def __init__(self, sessions: int = 512) -> None:
-        self._sessions = sessions
-        self._states: OrderedDict[tuple[str, str], tuple[int, DurableState]] = OrderedDict()
+        self.cache: Bounded[tuple[str, str], tuple[int, DurableState]] = Bounded(
+            "durable_states", sessions, entry_bytes=STATE_BYTES
+        )
 
     def get(self, tenant: str, session: str) -> tuple[int, DurableState]:
         """The cached fold: the last ``seq`` folded and the state (``0``: nothing cached)."""
-        return self._states.get((tenant, session), (0, EMPTY_STATE))
+        return self.cache.peek((tenant, session)) or (0, EMPTY_STATE)
 
     def fold(
         self,
@@ -86,12 +93,10 @@ class StateCache:
         """Keep ``state`` as the fold up to ``seq`` unless a newer fold is kept (calls of one
         store interleave; the history only grows)."""
         key = (tenant, session)
-        if seq == 0 or self._states.get(key, (0, EMPTY_STATE))[0] > seq:
+        kept = self.cache.peek(key)
+        if seq == 0 or (kept is not None and kept[0] > seq):
             return
-        self._states[key] = (seq, state)
-        self._states.move_to_end(key)
-        while len(self._states) > self._sessions:
-            self._states.popitem(last=False)
+        self.cache.put(key, (seq, state))
 
     def clear(self) -> None:
-        self._states.clear()
+        self.cache.clear()

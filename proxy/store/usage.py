@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import orjson
 
+from proxy.core.bounded import FunctionMemo
 from proxy.core.durable import FieldError, InvalidWrite
 from proxy.core.ledger import KINDS, SUM_FIELDS, LedgerEntry, ProviderNotes, Sums, Usage
 from proxy.store.checks import check_keys, storable
@@ -215,6 +216,10 @@ def _key_problems(tenant: object, session: object | None) -> tuple[FieldError, .
     except InvalidWrite as exc:
         return tuple(exc.errors)
     return ()
+
+
+# the key checks' memo, for the metrics (``ledger_key_checks``): a tenant and session, their problems
+KEY_CHECKS = FunctionMemo("ledger_key_checks", _key_problems, entry_bytes=330)
 
 
 _USAGE_COLUMNS = (

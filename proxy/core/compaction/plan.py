@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,7 @@ from typing import Any
 import orjson
 import xxhash
 
+from proxy.core.bounded import Bounded
 from proxy.core.compaction.bridge import Bridge
 from proxy.core.compaction.manifest import ManifestRecord, record_from_json
 from proxy.core.compaction.view import (
@@ -268,34 +268,90 @@ class PlanView:
 
 
 class _Slot:
-    """A plan in the cache and, once a request has built it, its view."""
+    """A plan in the cache, the bytes of its JSON (its weight) and, once a request has built it,
+    its view."""
 
-    __slots__ = ("plan", "view")
+    __slots__ = ("plan", "view", "weight")
 
-    def __init__(self, plan: Plan, view: PlanView | None) -> None:
+    def __init__(self, plan: Plan, view: PlanView | None, weight: int) -> None:
         self.plan = plan
         self.view = view
+        self.weight = weight
+
+
+# The memory a cached plan takes (measured: tests/test_bounded_caches.py): ~3.3x the bytes of its
+# JSON (items and manifest records are objects; the JSON spells them in a few bytes), plus the
+# conversation's slot in the LRU.
+PLAN_MEMORY_PER_JSON_BYTE = 3.8
+PLAN_SLOT_BYTES = 400
 
 
 class PlanCache:
-    """Bounded LRU of plans (and their ``PlanView``), grouped by ``(tenant, anchor)``.
+    """Bounded LRU of plans (and their ``PlanView``), grouped by ``(tenant, anchor)``
+    (``compaction_plans`` in the metrics).
 
     Safe for one event loop (no awaits inside) and for threads (one lock). A conversation keeps at
     most ``per_conversation`` plans (the longest prefixes; an agent only ever extends its latest
-    one, but a client may retry from an earlier turn); ``max_plans`` bounds them all.
+    one, but a client may retry from an earlier turn); ``max_plans`` bounds them all and
+    ``max_bytes`` the bytes of their JSON (though the conversation whose plan was put last keeps
+    its plans whatever their size). Beyond ``max_plans`` the least recently used conversation
+    loses its shortest plan; beyond ``max_bytes`` it loses them all. A miss costs
+    a store read (``plan_reads``: the conversation's plans come back from the store before its
+    next turn), or, without a stored plan, compacting anew.
     """
 
-    def __init__(self, max_plans: int = 10_000, per_conversation: int = 4) -> None:
+    name = "compaction_plans"
+
+    def __init__(
+        self, max_plans: int = 10_000, per_conversation: int = 4, max_bytes: int | None = None
+    ) -> None:
         if max_plans < 1 or per_conversation < 1:
             raise ValueError("max_plans and per_conversation must be >= 1")
-        self._max = max_plans
         self._per = per_conversation
-        self._groups: OrderedDict[tuple[str, str], list[_Slot]] = OrderedDict()
+        self._groups: Bounded[tuple[str, str], list[_Slot]] = Bounded(
+            self.name,
+            max_plans,
+            entry_bytes=PLAN_SLOT_BYTES,
+            max_weight=max_bytes,
+            weight_factor=PLAN_MEMORY_PER_JSON_BYTE,
+            on_evict=self._evicted,
+            # the conversation being served keeps its plans, whatever their size: compaction
+            # reads them from here after the store read-through (else: compacted anew each turn)
+            spare_newest=True,
+        )
         self._size = 0
+        self.evictions = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return self._size
+
+    # --- what the metrics read (``proxy.core.bounded.CacheView``) ---
+
+    @property
+    def max_entries(self) -> int:
+        return self._groups.max_entries
+
+    @property
+    def max_weight(self) -> int | None:
+        return self._groups.max_weight
+
+    @property
+    def weight(self) -> int:
+        return self._groups.weight
+
+    @property
+    def bound_bytes(self) -> int:
+        groups = self._groups
+        if groups.max_weight is None:  # bounded in number only: at the size of a typical plan
+            return groups.max_entries * (PLAN_SLOT_BYTES + int(8192 * PLAN_MEMORY_PER_JSON_BYTE))
+        return groups.bound_bytes
+
+    def _evicted(self, _key: tuple[str, str], group: list[_Slot]) -> None:
+        self._size -= len(group)
+        self.evictions += len(group)
+
+    # --- lookups ---
 
     def lookup(self, tenant: str, anchor: str, hashes: Sequence[str], limit: int) -> Plan | None:
         """The longest plan of the conversation whose prefix matches ``hashes`` (see
@@ -311,7 +367,6 @@ class PlanCache:
             group = self._groups.get((tenant, anchor))
             if not group:
                 return None
-            self._groups.move_to_end((tenant, anchor))
             for slot in group:  # longest first
                 plan = slot.plan
                 k = plan.prefix_len
@@ -319,28 +374,37 @@ class PlanCache:
                     return plan, slot.view
             return None
 
-    def put(self, plan: Plan, view: PlanView | None = None) -> None:
+    def put(self, plan: Plan, view: PlanView | None = None, weight: int | None = None) -> None:
+        """Keep ``plan`` (``weight``: the bytes of its JSON, when the caller has them)."""
+        if weight is None:
+            weight = len(plan.to_json())
         key = (plan.tenant, plan.anchor)
         with self._lock:
-            group = self._groups.pop(key, [])
+            groups = self._groups
+            group = groups.pop(key) or []
             self._size -= len(group)
             group = [s for s in group if s.plan.prefix_len != plan.prefix_len]
-            group.append(_Slot(plan, view))
+            group.append(_Slot(plan, view, weight))
             group.sort(key=lambda s: s.plan.prefix_len, reverse=True)
             del group[self._per :]
-            self._groups[key] = group
             self._size += len(group)
-            while self._size > self._max:
-                oldest_key, oldest = next(iter(self._groups.items()))
-                oldest.pop()  # its shortest prefix
+            groups.put(key, group, sum(s.weight for s in group))
+            while self._size > groups.max_entries:
+                oldest = groups.oldest()
+                assert oldest is not None
+                oldest_key, slots = oldest
+                shorter = slots[:-1]  # its shortest prefix goes
                 self._size -= 1
-                if not oldest:
-                    del self._groups[oldest_key]
+                self.evictions += 1
+                if shorter:
+                    groups.update(oldest_key, shorter, sum(s.weight for s in shorter))
+                else:
+                    groups.pop(oldest_key)
 
     def attach(self, plan: Plan, view: PlanView) -> None:
         """Keep ``view`` with ``plan`` if that very plan is still cached (else: nothing)."""
         with self._lock:
-            for slot in self._groups.get((plan.tenant, plan.anchor), ()):
+            for slot in self._groups.peek((plan.tenant, plan.anchor)) or ():
                 if slot.plan is plan:
                     slot.view = view
                     return
@@ -349,16 +413,16 @@ class PlanCache:
         """Forget ``plan`` (that very value), e.g. one superseded by another replica's."""
         key = (plan.tenant, plan.anchor)
         with self._lock:
-            group = self._groups.get(key)
+            group = self._groups.peek(key)
             if not group:
                 return
             kept = [s for s in group if s.plan is not plan]
             self._size -= len(group) - len(kept)
             if kept:
-                self._groups[key] = kept
+                self._groups.update(key, kept, sum(s.weight for s in kept))
             else:
-                del self._groups[key]
+                self._groups.pop(key)
 
     def plans(self, tenant: str, anchor: str) -> tuple[Plan, ...]:
         with self._lock:
-            return tuple(s.plan for s in self._groups.get((tenant, anchor), ()))
+            return tuple(s.plan for s in self._groups.peek((tenant, anchor)) or ())

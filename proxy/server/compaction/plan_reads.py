@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from proxy.core.bounded import Bounded
 from proxy.core.compaction import Plan, PlanCache, prefix_hashes
 from proxy.core.compaction.digest import Resent
 from proxy.core.durable import InvalidWrite
@@ -42,6 +42,7 @@ log = logging.getLogger("context_proxy.compaction")
 # How long "the store had no plan for this conversation" is trusted before it is read again.
 ABSENT_SECONDS = 30.0
 MAX_ABSENT = 10_000
+ABSENT_BYTES = 420  # one entry: a (scope, anchor) key and a time (tests/test_bounded_caches.py)
 
 SCOPE_SEPARATOR = "\x1f"
 
@@ -72,7 +73,9 @@ def anchor_of(messages: Any) -> str | None:
 class AbsentPlans:
     """``(scope, anchor)`` → when the store last had no plan for it; trusted for ``ttl`` seconds.
 
-    Bounded: at most ``max_entries`` (the least recently noted go first). One event loop."""
+    Bounded (``absent_plans`` in the metrics): at most ``max_entries``, and entries older than
+    ``ttl`` leave as new ones are noted (the oldest noted go first), so it holds about the
+    conversations seen in the last ``ttl`` seconds. A miss costs one store read. One event loop."""
 
     def __init__(
         self,
@@ -83,35 +86,41 @@ class AbsentPlans:
         if ttl < 0 or max_entries < 1:
             raise ValueError("ttl must be >= 0 and max_entries >= 1")
         self.ttl = ttl
-        self.max_entries = max_entries
         self.clock = clock
-        self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
+        # ordered by when noted (``fresh`` does not reorder), so the expired ones are in front
+        self.cache: Bounded[tuple[str, str], float] = Bounded(
+            "absent_plans", max_entries, entry_bytes=ABSENT_BYTES
+        )
+
+    @property
+    def max_entries(self) -> int:
+        return self.cache.max_entries
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return len(self.cache)
 
     def fresh(self, scope: str, anchor: str) -> bool:
         """The store had no plan for the conversation less than ``ttl`` seconds ago."""
         key = (scope, anchor)
-        at = self._seen.get(key)
+        at = self.cache.peek(key)
         if at is None:
             return False
         if self.clock() - at < self.ttl:
             return True
-        del self._seen[key]  # expired: the next read notes it again
+        self.cache.pop(key)  # expired: the next read notes it again
         return False
 
     def note(self, scope: str, anchor: str) -> None:
         """The store has no plan for the conversation now."""
-        key = (scope, anchor)
-        self._seen[key] = self.clock()
-        self._seen.move_to_end(key)
-        while len(self._seen) > self.max_entries:
-            self._seen.popitem(last=False)
+        now = self.clock()
+        cache = self.cache
+        while (oldest := cache.oldest()) is not None and now - oldest[1] >= self.ttl:
+            cache.pop(oldest[0])  # expired: no longer trusted anyway
+        cache.put((scope, anchor), now)
 
     def forget(self, scope: str, anchor: str) -> None:
         """The conversation has a plan (this process stored one, or a read found one)."""
-        self._seen.pop((scope, anchor), None)
+        self.cache.pop((scope, anchor))
 
 
 class PlanReads:
@@ -158,7 +167,7 @@ class PlanReads:
                 log.warning("[compact] a stored plan is malformed; ignored")
                 continue
             if plan.tenant == scope and plan.anchor == anchor and plan.prefix_hash not in known:
-                self.plans.put(plan)
+                self.plans.put(plan, weight=len(text))
                 added = True
         return added
 
@@ -180,6 +189,6 @@ class PlanReads:
             # Another replica stored a plan for this prefix first: from the next turn on, every
             # replica (this one included) forwards that one's view.
             try:
-                self.plans.put(Plan.from_json(stored))
+                self.plans.put(Plan.from_json(stored), weight=len(stored))
             except ValueError:
                 log.warning("[compact] a stored plan is malformed; ignored")

@@ -19,7 +19,8 @@ import orjson
 from multidict import CIMultiDictProxy
 
 from proxy.config.compaction import limits_for, policy_from_config
-from proxy.config.settings import CompactionConfig
+from proxy.config.settings import CompactionConfig, LimitsConfig
+from proxy.core.bounded import Bounded, CacheView
 from proxy.core.catalogue import Catalogue, built_in
 from proxy.core.compaction import (
     CompactionInput,
@@ -220,6 +221,26 @@ class _RequestPolicy:
     policy: CompactionPolicy
 
 
+class _CalibrationKey:
+    """A tenant and model whose calibration this process looked up (the store asked once) and
+    when it last wrote the figure there."""
+
+    __slots__ = ("model", "tenant", "written")
+
+    def __init__(self, tenant: str, model: str) -> None:
+        self.tenant = tenant
+        self.model = model
+        self.written = -CALIBRATION_WRITE_SECONDS
+
+
+# Policies memoised: a tenant's compaction settings for a request's limits (a handful in
+# practice; clients choose models, betas and max_tokens, so bounded). A miss recomputes the
+# policy (microseconds). Memory per entry (measured: tests/test_bounded_caches.py).
+POLICIES = 4096
+POLICY_BYTES = 400
+CALIBRATION_KEY_BYTES = 450
+
+
 class CompactionService:
     """Per-process compaction state: the token counter, calibration, plans, the summariser."""
 
@@ -229,25 +250,51 @@ class CompactionService:
         upstream_base_url: str,
         metrics: Metrics,
         catalogue: Catalogue | None = None,
+        limits: LimitsConfig | None = None,
     ) -> None:
+        limits = limits or LimitsConfig()
         self.config = config
         self.catalogue = catalogue or built_in()  # the models' windows
-        self._policies: dict[tuple[CompactionConfig, Limits | None], CompactionPolicy] = {}
-        self._request_policies: dict[tuple[int, str, str, int | None], _RequestPolicy] = {}
-        self.counter = TokenCounter()
-        self.calibration = Calibration()
-        self.plans = PlanCache(config.max_plans)
+        self._policies: Bounded[tuple[CompactionConfig, Limits | None], CompactionPolicy] = (
+            Bounded("compaction_policies", POLICIES, entry_bytes=POLICY_BYTES)
+        )
+        self._request_policies: Bounded[tuple[int, str, str, int | None], _RequestPolicy] = (
+            Bounded("request_policies", POLICIES, entry_bytes=POLICY_BYTES)
+        )
+        self.counter = TokenCounter(
+            cache_size=limits.token_memo_blocks, message_cache_size=limits.token_memo_messages
+        )
+        self.calibration = Calibration(limits.calibration_keys)
+        self.plans = PlanCache(config.max_plans, max_bytes=limits.plan_cache_bytes)
         self.plan_reads = PlanReads(self.plans)  # the store read-through, and where it had none
         self.metrics = metrics
         # The shared store (set by the app once it is open): plans go there so that every
         # replica forwards the same view for a conversation; ``plans`` is its read-through cache.
         self.store: Store | None = None
-        # calibration keys ("tenant/model") this process has looked up: their tenant and model
-        self._calibration_read: dict[str, tuple[str, str]] = {}
-        self._calibration_written: dict[str, float] = {}
+        # calibration keys ("tenant/model") this process has looked up, their tenant and model,
+        # and when their figure was last written; one pushed out forgets its ratio too (the store
+        # is read again for it)
+        self._calibration_keys: Bounded[str, _CalibrationKey] = Bounded(
+            "calibration_keys",
+            limits.calibration_keys,
+            entry_bytes=CALIBRATION_KEY_BYTES,
+            on_evict=lambda key, _seen: self.calibration.forget(key),
+        )
         self._writes: set[asyncio.Task[None]] = set()
         # the L4 call, under a store lease
         self.summaries = Summaries(config, upstream_base_url, metrics, self._background)
+
+    def caches(self) -> tuple[CacheView, ...]:
+        """What this service keeps per conversation, tenant or model (for the metrics)."""
+        return (
+            *self.counter.caches,
+            self.plans,
+            self.plan_reads.absent.cache,
+            self.calibration.cache,
+            self._calibration_keys,
+            self._policies,
+            self._request_policies,
+        )
 
     @property
     def summary_calls(self) -> int:
@@ -269,9 +316,8 @@ class CompactionService:
         key = (config, limits)
         policy = self._policies.get(key)
         if policy is None:
-            if len(self._policies) >= 4096:
-                self._policies.clear()
-            policy = self._policies[key] = policy_from_config(config, limits)
+            policy = policy_from_config(config, limits)
+            self._policies.put(key, policy)
         return policy
 
     def _request_policy(
@@ -291,9 +337,7 @@ class CompactionService:
         limits = limits_for(config, model, betas_of(beta_header), max_tokens, self.catalogue)
         policy = self.policy_for(config, limits)
         if key is not None:
-            if len(self._request_policies) >= 4096:
-                self._request_policies.clear()
-            self._request_policies[key] = _RequestPolicy(config, policy)
+            self._request_policies.put(key, _RequestPolicy(config, policy))
         return policy
 
     @_in_span
@@ -523,8 +567,8 @@ class CompactionService:
         """The calibration ratio for ``key``; the first time this process sees the key, the
         figure other replicas measured (the store) is the starting point."""
         store = self.store
-        if store is not None and key not in self._calibration_read:
-            self._calibration_read[key] = (tenant, model)
+        if store is not None and self._calibration_keys.get(key) is None:
+            self._calibration_keys.put(key, _CalibrationKey(tenant, model))
             if not self.calibration.known(key):
                 try:
                     stored = await store.get_calibration(tenant, model)
@@ -553,18 +597,14 @@ class CompactionService:
             )
             return
         store = self.store
-        parts = self._calibration_read.get(key)
-        if store is None or parts is None:
+        seen = self._calibration_keys.peek(key)
+        if store is None or seen is None:
             return
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if now - self._calibration_written.get(key, -CALIBRATION_WRITE_SECONDS) < (
-            CALIBRATION_WRITE_SECONDS
-        ):
+        now = asyncio.get_running_loop().time()
+        if now - seen.written < CALIBRATION_WRITE_SECONDS:
             return
-        self._calibration_written[key] = now
-        tenant, model = parts
-        self._background(self._write_calibration(store, tenant, model, key))
+        seen.written = now
+        self._background(self._write_calibration(store, seen.tenant, seen.model, key))
 
     def _background(self, work: Coroutine[Any, Any, object]) -> None:
         """Run store work that nobody waits for (``close`` waits for it, briefly)."""

@@ -88,7 +88,7 @@ def _own_by_identity(messages: Sequence[Any], own: Sequence[int]) -> dict[int, i
 class ThinkingGuard:
     """Per process: which models bind, and what the blocks seen made were bound to."""
 
-    def __init__(self, catalogue: Catalogue | None = None, max_records: int = 200_000) -> None:
+    def __init__(self, catalogue: Catalogue | None = None, max_records: int = 20_000) -> None:
         self._catalogue = catalogue or built_in()
         self._binds: dict[str, bool] = {}
         self.records = BindingRecords(max_records)

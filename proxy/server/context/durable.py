@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 from multidict import CIMultiDictProxy
 
+from proxy.core.bounded import CacheView
 from proxy.core.compaction import CompactionResult, Truncated
 from proxy.core.compaction.digest import digests
 from proxy.core.compaction.truncate import artifact_of
@@ -51,7 +52,15 @@ from proxy.sources.policy import SourcePolicy
 from proxy.sources.resolver import SourceResolver
 from proxy.sources.transcript_files import ExportMarks, StoredRecord, export_session
 from proxy.sources.transcript_records import record_bytes
-from proxy.store.base import KeyedEvent, Prefix, Recorded, Store, StoreError, TranscriptEvent
+from proxy.store.base import (
+    KeyedEvent,
+    Prefix,
+    Recorded,
+    Store,
+    StoreBusy,
+    StoreError,
+    TranscriptEvent,
+)
 
 log = logging.getLogger("context_proxy.durable")
 
@@ -65,6 +74,11 @@ ANSWERED = "+answered"
 # How long, in the background, a request's recording waits for the answer its history carries
 # back to be recorded by the replica that relayed it (see ``DurableContext._await_answer``).
 ANSWER_WAIT_SECONDS = 2.0
+# Recordings, manifests and exports queued at most: a store that stalls (a lock held elsewhere, a
+# slow disk) must not make them pile up in memory without end. Beyond it a request's recording is
+# skipped, as when the store fails: its messages are recorded from the conversation's next request
+# (their keys are idempotent), an answer from the client's copy of it in the next turn.
+MAX_PENDING = 10_000
 STATUSES = ("available", "missing", "denied", "corrupt", "unsupported")
 
 
@@ -159,16 +173,29 @@ class DurableContext:
     """Reads and renders a session's durable state; records its transcript."""
 
     def __init__(
-        self, store: Store, resolver: SourceResolver, checks: SourceChecks | None = None
+        self,
+        store: Store,
+        resolver: SourceResolver,
+        checks: SourceChecks | None = None,
+        *,
+        export_files: int = 4096,
+        max_pending: int = MAX_PENDING,
     ) -> None:
         self.store = store
+        self.max_pending = max_pending
+        self.skipped = 0  # recordings skipped because too many were queued
         self.resolver = resolver
         self.checks = checks if checks is not None else SourceChecks(resolver, store)
+        # the recordings and exports in progress, per conversation: entries leave when done
         self._chains: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._exports: dict[tuple[str, str, str, str], asyncio.Task[None]] = {}
         self._export_again: set[tuple[str, str, str, str]] = set()
-        self._marks = ExportMarks()
+        self._marks = ExportMarks(export_files)
+
+    def caches(self) -> tuple[CacheView, ...]:
+        """What the durable context keeps per session or pointer (for the metrics)."""
+        return (self._marks.files, *self.checks.caches())
 
     async def injection(self, tenant: str, policy: SourcePolicy, session: str) -> Injection:
         try:
@@ -325,6 +352,15 @@ class DurableContext:
     def _chain(
         self, tenant: str, conversation: Conversation, work: Any, what: str = "transcripts"
     ) -> None:
+        if len(self._tasks) >= self.max_pending:
+            work.close()  # never started: nothing of it ran
+            self.skipped += 1
+            self.store.health.lost(
+                what,
+                StoreBusy(f"more than {self.max_pending} records queued"),
+                "recorded from the session's next request",
+            )
+            return
         key = (tenant, conversation.session, conversation.agent)
         previous = self._chains.get(key)
 

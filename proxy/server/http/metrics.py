@@ -2,18 +2,28 @@
 
 Labels never carry request content, paths of passthrough calls or credentials: ``route`` is one of
 a fixed set (messages, count_tokens, passthrough, health, admin, other). Never a series per
-session or key: the only open-ended labels are tenants (bounded by the policies) and models (at
-most 50, then ``other``). Tenant names are labels, so ``/metrics`` is for the operator's
-scraper, not the public (``listen.admin_port`` serves it apart from the client port).
+session, conversation or key: the only open-ended labels are tenants (bounded by the policies),
+models (at most 50, then ``other``) and caches (the fixed set the app watches). Tenant names are
+labels, so ``/metrics`` is for the operator's scraper, not the public (``listen.admin_port``
+serves it apart from the client port).
+
+The bounded caches (``proxy.core.bounded``) are read when scraped, not on the request path:
+``context_proxy_cache_entries``, ``_max_entries``, ``_weight_bytes`` / ``_max_weight_bytes`` (the
+caches bounded by the bytes of text they hold), ``_bound_bytes`` (the documented memory at the
+bound) and ``_evictions_total``, each by ``cache``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from proxy.core.bounded import CacheView
 
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
@@ -45,10 +55,22 @@ class Metrics:
     ledger_rows: Counter
     quota_refusals: Counter
     trace_spans: Counter
+    # the bounded caches exposed (``watch``), read at each scrape
+    cache_metrics: CacheMetrics
     # (metric, label values) -> its labelled child (see ``child``)
     _children: dict[tuple[int, tuple[str, ...]], Any] = field(
         default_factory=dict, repr=False, compare=False
     )
+
+    def watch(self, *caches: CacheView) -> None:
+        """Expose these caches' sizes, bounds and evictions (each name once)."""
+        watched = self.cache_metrics.caches
+        names = {c.name for c in watched}
+        for cache in caches:
+            if cache.name in names:
+                raise ValueError(f"a cache named {cache.name!r} is already watched")
+            names.add(cache.name)
+            watched.append(cache)
 
     def child(self, metric: M, *values: str) -> M:
         """``metric.labels(*values)``, looked up once per label values: a labelled child stays
@@ -65,9 +87,58 @@ class Metrics:
         return bytes(generate_latest(self.registry))
 
 
+class CacheMetrics:
+    """The watched caches' figures, read when the registry is scraped (a collector)."""
+
+    def __init__(self) -> None:
+        self.caches: list[CacheView] = []
+
+    def _families(
+        self,
+    ) -> tuple[
+        GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily,
+        GaugeMetricFamily, CounterMetricFamily,
+    ]:
+        return (
+            GaugeMetricFamily("context_proxy_cache_entries", "Entries a bounded cache holds now.",
+                              labels=["cache"]),
+            GaugeMetricFamily("context_proxy_cache_max_entries", "The bound on a cache's entries.",
+                              labels=["cache"]),
+            GaugeMetricFamily("context_proxy_cache_weight_bytes",
+                              "Bytes of text a cache bounded by bytes holds now.", labels=["cache"]),
+            GaugeMetricFamily("context_proxy_cache_max_weight_bytes",
+                              "The bound on the bytes of text a cache holds.", labels=["cache"]),
+            GaugeMetricFamily("context_proxy_cache_bound_bytes",
+                              "The memory a cache takes at its bounds (the documented estimate).",
+                              labels=["cache"]),
+            CounterMetricFamily("context_proxy_cache_evictions",
+                                "Entries a cache dropped to stay within its bounds.", labels=["cache"]),
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        families = self._families()
+        entries, max_entries, weight, max_weight, bound, evictions = families
+        for cache in self.caches:
+            label = [cache.name]
+            entries.add_metric(label, len(cache))
+            max_entries.add_metric(label, cache.max_entries)
+            if cache.max_weight is not None:
+                weight.add_metric(label, cache.weight)
+                max_weight.add_metric(label, cache.max_weight)
+            bound.add_metric(label, cache.bound_bytes)
+            evictions.add_metric(label, cache.evictions)
+        return iter(families)
+
+
 def new_metrics() -> Metrics:
     registry = CollectorRegistry(auto_describe=True)
+    cache_metrics = CacheMetrics()
+    registry.register(cache_metrics)
     return Metrics(
+        cache_metrics=cache_metrics,
         registry=registry,
         requests=Counter(
             "context_proxy_requests",

@@ -1,4 +1,4 @@
-"""Give memory back to the system when the proxy goes idle after a burst.
+"""Give memory back to the system when the proxy goes idle after a burst or a busy period.
 
 Measured (bench/bench_memory.py): 1,000 simultaneous streams raise the RSS by ~38 MB, and none of
 it comes back by itself. What stays is not live data (once the upstream pool's idle keep-alive
@@ -7,8 +7,10 @@ but (1) garbage cycles nobody collects -- an idle process allocates nothing, so 
 runs -- and (2) free memory the allocators keep. So once in-flight requests drop to zero after a
 busy period, the proxy runs one full collection (cheap: the program's own objects are frozen at
 start-up) and ``malloc_trim(0)`` (glibc), and does it once more after the upstream pool's idle
-connections had time to expire. Nothing of this is on the request path: a 1 s poll of the
-in-flight counter.
+connections had time to expire. A busy period is a burst (32 requests in flight at once) or a
+steady load (requests in flight at 30 polls): a load that never peaks, going quiet, left free
+memory all the same (bench/bench_soak.py: its RSS stayed where the load left it). Nothing of this
+is on the request path: a 1 s poll of the in-flight counter.
 
 What decides how much comes back is the small-object allocator. Python's own (pymalloc) returns
 an arena (1 MiB) only when wholly empty, and after a 1,000-stream burst ~27 of them stay, each
@@ -36,8 +38,11 @@ from proxy.server.appkeys import ProxyState
 
 log = logging.getLogger("context_proxy.memory")
 
-# A busy period: at least this many requests in flight at once since the last release.
+# A busy period: at least this many requests in flight at once since the last release, or...
 BUSY_INFLIGHT = 32
+# ... requests in flight at this many polls since then (a steady load that never peaks: its
+# requests' buffers and the caches' churn leave free memory in the allocator all the same)
+BUSY_POLLS = 30
 # Release when nothing was in flight for this many polls (of POLL_SECONDS) after a busy period...
 QUIET_POLLS = 2
 # ... and once more after this many quiet polls: the upstream pool (keep-alive 30 s, swept every
@@ -50,10 +55,15 @@ class TrimSchedule:
     """When to release memory, from the in-flight count seen at each poll (pure; no clock)."""
 
     def __init__(
-        self, busy: int = BUSY_INFLIGHT, quiet: int = QUIET_POLLS, late: int = LATE_POLLS
+        self,
+        busy: int = BUSY_INFLIGHT,
+        quiet: int = QUIET_POLLS,
+        late: int = LATE_POLLS,
+        busy_polls: int = BUSY_POLLS,
     ) -> None:
-        self.busy, self.quiet, self.late = busy, quiet, late
+        self.busy, self.quiet, self.late, self.busy_polls = busy, quiet, late, busy_polls
         self._peak = 0  # most requests in flight at once since the last release
+        self._active = 0  # polls with requests in flight since the last release
         self._quiet = 0  # consecutive polls with nothing in flight
         self._late_pending = False
 
@@ -61,11 +71,13 @@ class TrimSchedule:
         """One poll; ``True``: release now."""
         if inflight:
             self._peak = max(self._peak, inflight)
+            self._active += 1
             self._quiet = 0
             return False
         self._quiet += 1
-        if self._peak >= self.busy and self._quiet >= self.quiet:
-            self._peak = 0
+        busy = self._peak >= self.busy or self._active >= self.busy_polls
+        if busy and self._quiet >= self.quiet:
+            self._peak = self._active = 0
             self._late_pending = True
             return True
         if self._late_pending and self._quiet >= self.late:

@@ -1,0 +1,136 @@
+"""``python -m proxy`` under ``tracemalloc``, for bench/bench_soak.py ``--find``.
+
+    python bench/soak_probe.py OUT_DIR INTERVAL_S FRAMES serve --port 0 --config ...
+
+A daemon thread writes, every ``INTERVAL_S`` seconds (0: only when ``OUT_DIR/take-<k>`` appears),
+``OUT_DIR/snap-<k>.pickle`` (a
+``tracemalloc`` snapshot, ``FRAMES`` frames deep; 0: no tracemalloc) and ``OUT_DIR/types-<k>.json``
+(live objects the collector tracks, counted per type, and every container an object of the
+proxy's holds, named ``Class.attribute``, with its size). bench_soak diffs them over time: what
+grows with the number of sessions shows up as a named structure that keeps growing, a line of
+source whose allocations do, and a type whose count does.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import threading
+import time
+import traceback
+import tracemalloc
+from collections import Counter
+from pathlib import Path
+
+_CONTAINERS = (dict, list, set, frozenset, tuple, bytearray)
+
+
+def _size(value: object) -> int | None:
+    """How many items ``value`` holds, if it is a container (an OrderedDict, a deque... too)."""
+    if isinstance(value, _CONTAINERS) or type(value).__name__ in ("deque", "OrderedDict", "defaultdict"):
+        return len(value)  # type: ignore[arg-type]
+    if hasattr(value, "__len__") and type(value).__module__.startswith("proxy."):
+        try:
+            return len(value)  # type: ignore[arg-type]
+        except TypeError:
+            return None
+    return None
+
+
+def _attributes(obj: object) -> list[tuple[str, object]]:
+    found: list[tuple[str, object]] = []
+    d = getattr(obj, "__dict__", None)
+    if isinstance(d, dict):
+        found.extend(d.items())
+    for klass in type(obj).__mro__:
+        for name in getattr(klass, "__slots__", ()):
+            if isinstance(name, str) and hasattr(obj, name):
+                found.append((name, getattr(obj, name)))
+    return found
+
+
+def _named(least: int = 50) -> dict[str, int]:
+    """Every container held by an attribute of one of the proxy's objects (``Class.attr``), by a
+    module global (``module.name``) or an ``lru_cache`` of a proxy function, with its size: the
+    structures themselves, named. Summed per name (many instances of one class: their total)."""
+    out: Counter[str] = Counter()
+    for obj in gc.get_objects():
+        kind = type(obj)
+        module = getattr(kind, "__module__", None)
+        if not isinstance(module, str) or not module.startswith(("proxy.", "aiohttp.")):
+            continue
+        if isinstance(obj, type):
+            continue
+        for name, value in _attributes(obj):
+            n = _size(value)
+            if n:
+                out[f"{kind.__module__}.{kind.__qualname__}.{name}"] += n
+    for mod_name, module in list(sys.modules.items()):
+        if not mod_name.startswith("proxy.") or module is None:
+            continue
+        for name, value in list(vars(module).items()):
+            n = _size(value)
+            if n and not name.startswith("__"):
+                out[f"{mod_name}.{name}"] += n
+            info = getattr(value, "cache_info", None)
+            if callable(info):
+                out[f"{mod_name}.{name}() lru_cache"] += info().currsize
+    return {k: v for k, v in out.items() if v >= least}
+
+
+def _types() -> dict[str, object]:
+    counts: Counter[str] = Counter()
+    for obj in gc.get_objects():
+        kind = type(obj)
+        counts[f"{getattr(kind, '__module__', '?')}.{kind.__qualname__}"] += 1
+    return {"counts": dict(counts.most_common(300)), "named": _named()}
+
+
+def _probe(out: Path, interval: float) -> None:
+    """Every ``interval`` seconds, or when bench_soak asks (``OUT_DIR/take-<k>``, written once the
+    load is paused and nothing is in flight: then only what the process keeps is measured)."""
+    k = 0
+    last = time.monotonic()
+    while True:
+        time.sleep(0.2)
+        asked = out / f"take-{k + 1}"
+        if not asked.exists() and (interval <= 0 or time.monotonic() - last < interval):
+            continue
+        k += 1
+        last = time.monotonic()
+        try:
+            _measure(out, k)
+        except Exception:  # reported in the proxy's log; the next snapshot is tried all the same
+            traceback.print_exc()
+        (out / f"done-{k}").write_text("")  # bench_soak waits for it, whatever happened
+
+
+def _measure(out: Path, k: int) -> None:
+    # the proxy froze its start-up objects (its services, their caches): gc.get_objects()
+    # sees them only unfrozen; what grows must be reachable, so garbage is collected first
+    gc.unfreeze()
+    gc.collect()
+    if tracemalloc.is_tracing():
+        snap = tracemalloc.take_snapshot().filter_traces((
+            tracemalloc.Filter(False, tracemalloc.__file__),
+            tracemalloc.Filter(False, "<frozen importlib._bootstrap>"),
+        ))
+        snap.dump(str(out / f"snap-{k}.pickle"))
+    (out / f"types-{k}.json").write_text(json.dumps({"t": time.time(), **_types()}))
+    gc.freeze()
+
+
+def main() -> None:
+    out, interval, frames = Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+    out.mkdir(parents=True, exist_ok=True)
+    if frames:
+        tracemalloc.start(frames)
+    threading.Thread(target=_probe, args=(out, interval), daemon=True).start()
+    from proxy.cli.main import main as proxy_main
+
+    sys.exit(proxy_main(sys.argv[4:]))
+
+
+if __name__ == "__main__":
+    main()
