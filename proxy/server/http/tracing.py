@@ -181,7 +181,7 @@ def _route(request: web.Request) -> str:
 
 # the API's paths: the Anthropic routes and the client formats' (``proxy.server.formats.routes``'s
 # FORMAT_PATHS; tests/formats/test_formats_across.py checks the two agree)
-TRACED_PATHS = ("/v1/", "/model/", "/projects/")
+TRACED_PATHS = ("/v1/", "/model/", "/projects/", "/anthropic/")
 
 
 @web.middleware
