@@ -28,6 +28,7 @@ from tests.foundry_fake import (
     FakeFoundry,
 )
 from tests.harness import LoopThread, ProxyServer
+from tests.upstream import message_json
 
 MODEL = "claude-sonnet-4-5-20250929"
 DEPLOYMENT = "claude-sonnet-4-5"  # the catalogue's Foundry id: the default deployment name
@@ -371,3 +372,94 @@ def test_a_resource_names_its_public_endpoint(foundry_key: str, make_proxy: Prox
     assert isinstance(made, FoundryUpstream)
     assert made.endpoint == "https://my-res.services.ai.azure.com/anthropic"
     assert target.get(proxy.config.upstream) is made  # one per target
+
+
+# --- the rest of the proxy on a Foundry upstream ---------------------------------------------------
+
+
+def test_a_foundry_tenants_calls_are_in_the_ledger_and_count_against_its_budget(
+    foundry: FakeFoundry, foundry_key: str, make_proxy: ProxyFactory, tmp_path: Path,
+    loop_thread: LoopThread,
+) -> None:
+    """As for the other platforms: one ledger row per call, priced by the catalogue (the model's
+    Anthropic id, not Foundry's deployment name), the spend counted against the tenant's budget."""
+    from proxy.server.appkeys import STORE
+    from proxy.server.ledger import LEDGER
+    from proxy.store.usage import UsageQuery
+    from tests.test_quota_edge import ACME_KEY, Clock, limited, quota_json, used
+
+    proxy = limited(
+        make_proxy, tmp_path, {"budget_usd": 3, "budget_period": "day"}, Clock("2026-12-04T10:21:15"),
+        upstream={"format": "foundry", "endpoint_url": foundry.endpoint, "api_key_env": KEY_VARIABLE},
+    )  # fmt: skip
+    usage = {"input_tokens": 1000, "output_tokens": 100, "cache_creation_input_tokens": 0,
+             "cache_read_input_tokens": 2000}  # fmt: skip
+    foundry.responder = lambda path, body: {**message_json("priced", model=body["model"]), "usage": usage}
+    sdk = anthropic.Anthropic(base_url=proxy.url, api_key=ACME_KEY, max_retries=0)
+    raw = sdk.messages.with_raw_response.create(model=MODEL, max_tokens=10, messages=HI)
+    assert raw.headers["x-context-proxy-budget-remaining-usd"] == "3.000000"
+    spent = 1000 * 3e-6 + 100 * 15e-6 + 2000 * 0.3e-6  # Sonnet 4.5: $3 in, $15 out, $0.30 reads
+    assert used(quota_json(proxy, loop_thread), "spend_usd") == pytest.approx(spent, abs=1e-9)
+    loop_thread.run(proxy.app[LEDGER].flush(), timeout=10)
+    rows = loop_thread.run(proxy.app[STORE].usage_rows("acme", UsageQuery()))
+    assert [(r.entry.kind, r.entry.status, r.entry.model) for r in rows] == [("client", 200, MODEL)]
+    assert foundry.seen[0].body["model"] == DEPLOYMENT
+
+
+def test_the_summary_call_goes_to_the_tenants_foundry_deployment(
+    foundry: FakeFoundry, foundry_key: str, make_proxy: ProxyFactory, transcript: dict[str, Any]
+) -> None:
+    summary_model = "claude-haiku-4-5"
+    proxy = foundry_proxy(
+        make_proxy, foundry,
+        sections={"compaction": {"threshold": 20_000, "hard_limit": 60_000, "summary": {"model": summary_model}}},
+    )  # fmt: skip
+    foundry.responder = lambda path, body: message_json(
+        "SUMMARY: goal was X" if body["model"] == summary_model else "ok"
+    )
+    k = next(
+        k for k in range(90, len(transcript["messages"]) + 1)
+        if transcript["messages"][k - 1]["role"] == "user"
+    )
+    response = client(proxy).messages.with_raw_response.create(
+        model=MODEL, max_tokens=100, messages=transcript["messages"][:k], tools=transcript["tools"]
+    )
+    assert response.headers["x-compaction-summary"] == "ok"
+    first, last = foundry.seen[0], foundry.seen[-1]
+    assert first.body["model"] == summary_model  # the catalogue's Foundry name for it
+    assert first.headers["x-api-key"] == FOUNDRY_KEY
+    assert first.headers["anthropic-version"] == "2023-06-01"  # the summary call's own
+    assert last.body["model"] == DEPLOYMENT
+    assert "SUMMARY: goal was X" in json.dumps(last.body)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+def test_a_retrieval_round_runs_against_foundry_as_one_answer(
+    foundry: FakeFoundry, foundry_key: str, make_proxy: ProxyFactory, stream: bool
+) -> None:
+    from tests.test_retrieval import BIG, CUT, MESSAGES, SESSION, TOOLS, _call, _round, _text
+
+    proxy = foundry_proxy(make_proxy, foundry, sections={"compaction": CUT})
+    rounds = [
+        _round([_text("Let me read the whole log."), _call()], "tool_use", 100, 20),
+        _round([_text("The failure is on line 399.")], "end_turn", 7000, 15),
+    ]
+    foundry.responder = lambda path, body: rounds.pop(0)
+    sdk = anthropic.Anthropic(
+        base_url=proxy.url, api_key=CLIENT_KEY, max_retries=0, default_headers={"x-session-id": SESSION}
+    )
+    params: dict[str, Any] = {"model": MODEL, "max_tokens": 100, "messages": MESSAGES, "tools": TOOLS}
+    if stream:
+        with sdk.messages.stream(**params) as s:
+            final = s.get_final_message()
+    else:
+        final = sdk.messages.create(**params)
+    assert [b.text for b in final.content] == [  # type: ignore[union-attr]
+        "Let me read the whole log.", "The failure is on line 399."
+    ]
+    assert final.usage.input_tokens == 7100
+    first, second = foundry.seen
+    assert second.body["messages"][:-2] == first.body["messages"]
+    result = second.body["messages"][-1]["content"][0]
+    assert result["type"] == "tool_result" and result["content"] == [{"type": "text", "text": BIG}]
+    assert first.body.get("stream", False) is stream
