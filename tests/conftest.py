@@ -124,14 +124,19 @@ def foundry(loop_thread: LoopThread) -> Iterator[FakeFoundry]:
     loop_thread.run(fake.stop())
 
 
+def no_azure_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No variable azure-identity's chain reads (service principal, workload or managed identity)."""
+    for name in list(os.environ):
+        if name.startswith(("AZURE_", "MSI_", "IDENTITY_", "IMDS_")):
+            monkeypatch.delenv(name)
+
+
 @pytest.fixture
 def azure_env(monkeypatch: pytest.MonkeyPatch, foundry: FakeFoundry, tmp_path: Path) -> FakeFoundry:
     """azure-identity's DefaultAzureCredential chain finds only the fake's managed identity (App
     Service's IDENTITY_ENDPOINT / IDENTITY_HEADER): no service principal, workload identity, IMDS
     or Azure CLI login."""
-    for name in list(os.environ):
-        if name.startswith(("AZURE_", "MSI_", "IDENTITY_", "IMDS_")):
-            monkeypatch.delenv(name)
+    no_azure_identity(monkeypatch)
     monkeypatch.setenv("IDENTITY_ENDPOINT", foundry.identity_endpoint)
     monkeypatch.setenv("IDENTITY_HEADER", foundry.identity_header)
     monkeypatch.setenv("AZURE_CONFIG_DIR", str(tmp_path / "no-azure-cli"))

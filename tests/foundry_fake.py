@@ -32,8 +32,8 @@ import orjson
 from aiohttp import web
 
 from tests.harness import serve_local
-from tests.platform_fakes import FIELD_BETAS, Seen, _has
-from tests.upstream import message_json, message_stream_events
+from tests.platform_fakes import FIELD_BETAS, Seen, _has, messages_answer
+from tests.upstream import message_json
 
 # what Claude Code 2.1.197 sends to Foundry in its Foundry mode (recorded with opus-4-6..4-8,
 # sonnet-4-5[1m], sonnet-4-6, sonnet-5, haiku-4-5, fable-5) and what LiteLLM's azure_ai table
@@ -177,16 +177,7 @@ class FakeFoundry:
                 return message
         else:
             message = message_json(f"Hello from fake Foundry ({deployment}).", model=deployment)
-        if not body.get("stream"):
-            return web.json_response(message, headers={"request-id": "req_foundry_1"})
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream; charset=utf-8", "request-id": "req_foundry_2"}
-        )
-        await response.prepare(request)
-        for event in message_stream_events(message):
-            await response.write(event)
-        await response.write_eof()
-        return response
+        return await messages_answer(request, message, bool(body.get("stream")), "req_foundry")
 
     @staticmethod
     def _body_problem(request: web.Request, body: Any) -> web.Response | None:

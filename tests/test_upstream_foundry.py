@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from proxy.server.upstream.credentials import AzureToken
-from tests.conftest import ProxyFactory
+from tests.conftest import ProxyFactory, no_azure_identity
 from tests.foundry_fake import (
     AZURE_KEY_REFUSED,
     AZURE_TOKEN_REFUSED,
@@ -163,14 +163,19 @@ def test_no_key_in_the_named_variable_is_a_502_naming_it_never_a_value(
 ) -> None:
     monkeypatch.delenv(KEY_VARIABLE, raising=False)
     monkeypatch.delenv(KEY_VARIABLE + "_FILE", raising=False)
-    proxy = foundry_proxy(make_proxy, foundry)
+    _refused_before_sending(
+        foundry_proxy(make_proxy, foundry), foundry,
+        "the proxy has no Foundry key: neither TEST_FOUNDRY_KEY nor TEST_FOUNDRY_KEY_FILE is set"
+        " (upstream.api_key_env)",
+    )  # fmt: skip
+
+
+def _refused_before_sending(proxy: ProxyServer, foundry: FakeFoundry, message: str) -> None:
+    """A 502 ``api_error`` saying ``message``, and nothing sent to Foundry."""
     with pytest.raises(anthropic.APIStatusError) as caught:
         ask(proxy)
     assert caught.value.status_code == 502
-    assert caught.value.body["error"]["message"] == (  # type: ignore[index]
-        "the proxy has no Foundry key: neither TEST_FOUNDRY_KEY nor TEST_FOUNDRY_KEY_FILE is set"
-        " (upstream.api_key_env)"
-    )
+    assert caught.value.body["error"] == {"type": "api_error", "message": message}  # type: ignore[index]
     assert foundry.seen == []
 
 
@@ -306,21 +311,13 @@ class _NeverValid(dict[str, float]):
 def test_no_entra_credentials_anywhere_is_a_502_naming_the_chain(
     foundry: FakeFoundry, make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    import os
-
-    for name in list(os.environ):
-        if name.startswith(("AZURE_", "MSI_", "IDENTITY_", "IMDS_")):
-            monkeypatch.delenv(name)
+    no_azure_identity(monkeypatch)
     monkeypatch.setenv("AZURE_TOKEN_CREDENTIALS", "EnvironmentCredential")  # nothing to find
-    proxy = foundry_proxy(make_proxy, foundry, key=False)
-    with pytest.raises(anthropic.APIStatusError) as caught:
-        ask(proxy)
-    assert caught.value.status_code == 502
-    assert caught.value.body["error"]["message"] == (  # type: ignore[index]
+    _refused_before_sending(
+        foundry_proxy(make_proxy, foundry, key=False), foundry,
         "the proxy has no usable Microsoft Entra ID credentials for the foundry upstream"
-        " (ClientAuthenticationError; azure-identity's DefaultAzureCredential chain)"
-    )
-    assert foundry.seen == []
+        " (ClientAuthenticationError; azure-identity's DefaultAzureCredential chain)",
+    )  # fmt: skip
 
 
 def test_the_token_is_asked_for_off_the_event_loop(
@@ -409,6 +406,8 @@ def test_a_foundry_tenants_calls_are_in_the_ledger_and_count_against_its_budget(
 def test_the_summary_call_goes_to_the_tenants_foundry_deployment(
     foundry: FakeFoundry, foundry_key: str, make_proxy: ProxyFactory, transcript: dict[str, Any]
 ) -> None:
+    from tests.test_upstream_bedrock import summarised_through
+
     summary_model = "claude-haiku-4-5"
     proxy = foundry_proxy(
         make_proxy, foundry,
@@ -417,14 +416,7 @@ def test_the_summary_call_goes_to_the_tenants_foundry_deployment(
     foundry.responder = lambda path, body: message_json(
         "SUMMARY: goal was X" if body["model"] == summary_model else "ok"
     )
-    k = next(
-        k for k in range(90, len(transcript["messages"]) + 1)
-        if transcript["messages"][k - 1]["role"] == "user"
-    )
-    response = client(proxy).messages.with_raw_response.create(
-        model=MODEL, max_tokens=100, messages=transcript["messages"][:k], tools=transcript["tools"]
-    )
-    assert response.headers["x-compaction-summary"] == "ok"
+    summarised_through(proxy, transcript)
     first, last = foundry.seen[0], foundry.seen[-1]
     assert first.body["model"] == summary_model  # the catalogue's Foundry name for it
     assert first.headers["x-api-key"] == FOUNDRY_KEY
@@ -437,29 +429,10 @@ def test_the_summary_call_goes_to_the_tenants_foundry_deployment(
 def test_a_retrieval_round_runs_against_foundry_as_one_answer(
     foundry: FakeFoundry, foundry_key: str, make_proxy: ProxyFactory, stream: bool
 ) -> None:
-    from tests.test_retrieval import BIG, CUT, MESSAGES, SESSION, TOOLS, _call, _round, _text
+    from tests.test_retrieval import CUT, one_round_through, platform_rounds
 
     proxy = foundry_proxy(make_proxy, foundry, sections={"compaction": CUT})
-    rounds = [
-        _round([_text("Let me read the whole log."), _call()], "tool_use", 100, 20),
-        _round([_text("The failure is on line 399.")], "end_turn", 7000, 15),
-    ]
+    rounds = platform_rounds()
     foundry.responder = lambda path, body: rounds.pop(0)
-    sdk = anthropic.Anthropic(
-        base_url=proxy.url, api_key=CLIENT_KEY, max_retries=0, default_headers={"x-session-id": SESSION}
-    )
-    params: dict[str, Any] = {"model": MODEL, "max_tokens": 100, "messages": MESSAGES, "tools": TOOLS}
-    if stream:
-        with sdk.messages.stream(**params) as s:
-            final = s.get_final_message()
-    else:
-        final = sdk.messages.create(**params)
-    assert [b.text for b in final.content] == [  # type: ignore[union-attr]
-        "Let me read the whole log.", "The failure is on line 399."
-    ]
-    assert final.usage.input_tokens == 7100
-    first, second = foundry.seen
-    assert second.body["messages"][:-2] == first.body["messages"]
-    result = second.body["messages"][-1]["content"][0]
-    assert result["type"] == "tool_result" and result["content"] == [{"type": "text", "text": BIG}]
-    assert first.body.get("stream", False) is stream
+    one_round_through(proxy, stream, lambda: [s.body for s in foundry.seen])
+    assert all(s.body.get("stream", False) is stream for s in foundry.seen)
