@@ -158,6 +158,10 @@ class UpstreamPlatform:
             f" models: entry {{match: {model[:100]}, {self.format}: <its id>}}"
         )
 
+    def accepts(self, beta: str) -> bool:
+        """Whether ``beta`` reaches the platform (the bridging keeps it)."""
+        return beta in self.bridging.accepted
+
     async def close(self) -> None:
         """Release what the credentials hold (a token transport's connections)."""
 
