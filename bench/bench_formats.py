@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What the Bedrock and Vertex client paths add next to the Anthropic path (issue 21).
+"""What the Bedrock, Vertex and Foundry client paths add next to the Anthropic path (issue 21).
 
     python bench/bench_formats.py [--quick] [--n 400] [--json out.json]
 
@@ -9,7 +9,11 @@ shipped settings, ``PYTHONMALLOC=malloc``) in their own processes. Each iteratio
 conversation to four targets in a rotating order: the upstream directly, and the proxy as an
 Anthropic client (``/v1/messages``), a Bedrock client (``/model/<profile>/invoke`` and
 ``invoke-with-response-stream``: no ``model``, ``anthropic_version``/``anthropic_beta`` in the body)
-and a Vertex client (``/v1/projects/…/models/<model>:rawPredict`` / ``:streamRawPredict``).
+a Vertex client (``/v1/projects/…/models/<model>:rawPredict`` / ``:streamRawPredict``) and a
+Foundry client (``/anthropic/v1/messages``): ``foundry`` names the model as Claude Code's Foundry
+mode does (``claude-sonnet-4-5``, a name the Claude API takes: the client's bytes go on),
+``foundry_rebuilt`` by a deployment name the Claude API does not take (``claude-opus-4``: the body
+is rebuilt with the Anthropic id).
 Every answer is checked (status, and for streams the last event: an SSE ``message_stop``, or
 the last event-stream frame decoded and its CRCs checked).
 
@@ -52,7 +56,7 @@ from proxy.formats.eventstream import FrameDecoder, chunk_event  # noqa: E402
 
 PROFILE = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 VERTEX = "/v1/projects/bench/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5@20250929"
-TARGETS = ("direct", "anthropic", "bedrock", "vertex")
+TARGETS = ("direct", "anthropic", "bedrock", "vertex", "foundry", "foundry_rebuilt")
 KEY = "sk-ant-bench-not-a-real-key"
 
 
@@ -64,6 +68,8 @@ def _variants(body: bytes, stream: bool) -> dict[str, tuple[str, bytes, dict[str
     anthropic = {"model": "claude-sonnet-4-5-20250929", **value, **({"stream": True} if stream else {})}
     bedrock = {**value, "anthropic_version": "bedrock-2023-05-31", "anthropic_beta": ["bench-2026-01-01"]}
     vertex = {**value, "anthropic_version": "vertex-2023-10-16", **({"stream": True} if stream else {})}
+    foundry = {"model": "claude-sonnet-4-5", **value, **({"stream": True} if stream else {})}
+    rebuilt = {**foundry, "model": "claude-opus-4"}
     mode = "sse" if stream else "json"
     base = {"x-api-key": KEY, "content-type": "application/json", "x-bench-mode": mode}
     messages = {**base, "anthropic-version": "2023-06-01", "anthropic-beta": "bench-2026-01-01"}
@@ -78,6 +84,8 @@ def _variants(body: bytes, stream: bool) -> dict[str, tuple[str, bytes, dict[str
             VERTEX + (":streamRawPredict" if stream else ":rawPredict"), orjson.dumps(vertex),
             {**base, "anthropic-beta": "bench-2026-01-01"},
         ),
+        "foundry": ("/anthropic/v1/messages?beta=true", orjson.dumps(foundry), messages),
+        "foundry_rebuilt": ("/anthropic/v1/messages?beta=true", orjson.dumps(rebuilt), messages),
     }
 
 
@@ -130,7 +138,7 @@ async def _row(
         out[target] = {"p50": pct(xs, 0.5), "p90": pct(xs, 0.9)}
     for target in TARGETS[1:]:
         out[target]["added_p50"] = out[target]["p50"] - out["direct"]["p50"]
-    for target in ("bedrock", "vertex"):
+    for target in TARGETS[2:]:
         out[target]["vs_anthropic_p50"] = out[target]["p50"] - out["anthropic"]["p50"]
     return out
 
@@ -149,13 +157,13 @@ async def bench(args: argparse.Namespace, urls: dict[str, str]) -> list[dict[str
 
 
 def _print(rows: list[dict[str, Any]]) -> None:
-    print(f"{'row':10} {'n':>5}  {'target':9} {'p50 ms':>8} {'p90 ms':>8} {'added p50':>10} {'vs anthropic':>12}")
+    print(f"{'row':10} {'n':>5}  {'target':15} {'p50 ms':>8} {'p90 ms':>8} {'added p50':>10} {'vs anthropic':>12}")
     for row in rows:
         for target in TARGETS:
             fig = row[target]
             added = f"{fig['added_p50']:10.3f}" if "added_p50" in fig else " " * 10
             versus = f"{fig['vs_anthropic_p50']:+12.3f}" if "vs_anthropic_p50" in fig else ""
-            print(f"{row['row']:10} {row['n']:>5}  {target:9} {fig['p50']:8.3f} {fig['p90']:8.3f} {added} {versus}")
+            print(f"{row['row']:10} {row['n']:>5}  {target:15} {fig['p50']:8.3f} {fig['p90']:8.3f} {added} {versus}")
 
 
 def main() -> int:
@@ -181,7 +189,7 @@ def main() -> int:
                 "proxy", [sys.executable, "-m", "proxy", "serve", "--port", "0", "--config", str(cfg)],
                 tmp, env=allocator_env("malloc"),
             )
-            urls = {"direct": up.url, "anthropic": proxy.url, "bedrock": proxy.url, "vertex": proxy.url}
+            urls = {"direct": up.url, **dict.fromkeys(TARGETS[1:], proxy.url)}
             time.sleep(2)
             rows = asyncio.run(bench(args, urls))
         finally:

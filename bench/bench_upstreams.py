@@ -1,23 +1,27 @@
 #!/usr/bin/env python
-"""Benchmark: the Bedrock and Vertex upstream paths next to the Anthropic path, one interleaved run.
+"""Benchmark: the Bedrock, Vertex and Foundry upstream paths next to the Anthropic path, one
+interleaved run.
 
     python bench/bench_upstreams.py [--n 400] [--json out.json]
 
 Processes (all on 127.0.0.1):
 
     bench (this process: the load generator, one keep-alive ClientSession)
-      ├──▶ fakes  (one process: the Anthropic, Bedrock Runtime and Vertex AI answers)   "direct"
+      ├──▶ fakes  (one process: the Anthropic, Bedrock Runtime, Vertex AI and Foundry answers) "direct"
       ├──▶ proxy "anthropic" (`python -m proxy serve`) ──▶ fakes /v1/messages
       ├──▶ proxy "bedrock"   (upstream.format: bedrock, SigV4 with a test key) ──▶ fakes /model/..
-      └──▶ proxy "vertex"    (upstream.format: vertex, a service-account token) ──▶ fakes :rawPredict
+      ├──▶ proxy "vertex"    (upstream.format: vertex, a service-account token) ──▶ fakes :rawPredict
+      ├──▶ proxy "foundry"   (upstream.format: foundry, the resource's key) ──▶ fakes /anthropic/v1/messages
+      └──▶ proxy "foundry_entra" (foundry, an Entra ID token: azure-identity's chain, its managed
+                              identity at the fakes' /msi/token) ──▶ fakes /anthropic/v1/messages
 
 The fakes answer from bytes made once (Bedrock's stream as event-stream frames, the others as
 SSE), without checking signatures, so that each row's upstream costs the same; the tests check
 the signatures (tests/platform_fakes.py). Rows, sequential (concurrency 1), every iteration sending
 the same request to each target in a rotating order: ``json_1k`` (1 KB body, a JSON answer) and
 ``sse_1k`` (``"stream": true``, a 200-event answer). "Added" = percentile(proxy) -
-percentile(direct) in the same run; the Bedrock and Vertex rows are also shown minus the
-Anthropic row: what the platform path itself costs (body re-encoding, signing or the token,
+percentile(direct) in the same run; the platform rows are also shown minus the Anthropic row:
+what the platform path itself costs (body re-encoding, signing, the key or the token,
 event-stream decoding).
 """
 
@@ -49,7 +53,9 @@ from bench.workloads import body_1k, sse_body_1k, sse_events  # noqa: E402
 from proxy.formats.eventstream import CONTENT_TYPE, chunk_frame  # noqa: E402
 from tests.upstream import message_json  # noqa: E402
 
-TARGETS = ("direct", "anthropic", "bedrock", "vertex")
+TARGETS = ("direct", "anthropic", "bedrock", "vertex", "foundry", "foundry_entra")
+PLATFORMS = TARGETS[2:]
+IDENTITY_HEADER = "bench-identity-header"
 KEY = "sk-ant-bench-0000000000000000"
 
 
@@ -92,6 +98,15 @@ async def _run_fakes() -> None:
     async def vertex(request: web.Request) -> web.StreamResponse:
         return await anthropic_like(request, request.path.endswith(":streamRawPredict"))
 
+    async def foundry(request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        return await anthropic_like(request, b'"stream":true' in raw)
+
+    async def identity(request: web.Request) -> web.Response:  # App Service's managed identity
+        expires = str(int(time.time()) + 3600)
+        return web.json_response({"access_token": "eyJ.bench", "expires_on": expires,
+                                  "resource": request.query.get("resource"), "token_type": "Bearer"})
+
     async def token(request: web.Request) -> web.Response:
         await request.read()
         return web.json_response({"access_token": "ya29.bench", "expires_in": 3600, "token_type": "Bearer"})
@@ -101,6 +116,8 @@ async def _run_fakes() -> None:
     app.router.add_post("/model/{model}/{op}", bedrock)
     app.router.add_post("/token", token)
     app.router.add_post("/v1/projects/{tail:.*}", vertex)
+    app.router.add_post("/anthropic/v1/messages", foundry)
+    app.router.add_get("/msi/token", identity)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -125,7 +142,9 @@ def _service_account(fakes: str) -> dict[str, str]:
             "token_uri": f"{fakes}/token"}
 
 
-def _spawn_proxy(name: str, upstream: dict[str, Any], tmp: Path) -> str:
+def _spawn_proxy(
+    name: str, upstream: dict[str, Any], tmp: Path, extra_env: dict[str, str] | None = None
+) -> str:
     config = {
         "listen": {"host": "127.0.0.1", "port": 0},
         "upstream": upstream,
@@ -137,7 +156,7 @@ def _spawn_proxy(name: str, upstream: dict[str, Any], tmp: Path) -> str:
     env = {**os.environ, "PYTHONMALLOC": "malloc", "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE",
            "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
            "AWS_EC2_METADATA_DISABLED": "true", "AWS_CONFIG_FILE": str(tmp / "none"),
-           "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "none")}
+           "AWS_SHARED_CREDENTIALS_FILE": str(tmp / "none"), **(extra_env or {})}
     child = spawn_logged(name, [sys.executable, "-m", "proxy", "serve", "--config", str(path)], tmp, env=env)
     return child.url
 
@@ -173,7 +192,7 @@ async def _row(urls: dict[str, str], body: bytes, stream: bool, n: int, warmup: 
     for target in TARGETS[1:]:
         for q in ("p50", "p90"):
             out[target][f"added_{q}"] = out[target][q] - out["direct"][q]
-    for target in ("bedrock", "vertex"):
+    for target in PLATFORMS:
         for q in ("p50", "p90"):
             out[target][f"vs_anthropic_{q}"] = out[target][f"added_{q}"] - out["anthropic"][f"added_{q}"]
     return out
@@ -181,12 +200,12 @@ async def _row(urls: dict[str, str], body: bytes, stream: bool, n: int, warmup: 
 
 def _print(name: str, row: dict[str, Any]) -> None:
     print(f"\n{name}  (ms; added = minus direct in the same run)")
-    print(f"{'target':<10} {'p50':>8} {'p90':>8} {'added p50':>10} {'added p90':>10} {'vs anthropic p50':>17}")
+    print(f"{'target':<14} {'p50':>8} {'p90':>8} {'added p50':>10} {'added p90':>10} {'vs anthropic p50':>17}")
     for target in TARGETS:
         r = row[target]
         added = f"{r.get('added_p50', 0):10.3f} {r.get('added_p90', 0):10.3f}" if target != "direct" else " " * 21
         versus = f"{r['vs_anthropic_p50']:+17.3f}" if "vs_anthropic_p50" in r else ""
-        print(f"{target:<10} {r['p50']:8.3f} {r['p90']:8.3f} {added} {versus}")
+        print(f"{target:<14} {r['p50']:8.3f} {r['p90']:8.3f} {added} {versus}")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -223,6 +242,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "vertex": _spawn_proxy("vertex", {"format": "vertex", "project": "bench",
                                                   "location": "us-east5", "endpoint_url": fakes,
                                                   "credentials_file": str(tmp / "sa.json")}, tmp),
+                "foundry": _spawn_proxy("foundry", {"format": "foundry", "api_key_env": "BENCH_FOUNDRY_KEY",
+                                                    "endpoint_url": fakes + "/anthropic"}, tmp,
+                                        {"BENCH_FOUNDRY_KEY": "bench-foundry-key"}),
+                "foundry_entra": _spawn_proxy(
+                    "foundry_entra", {"format": "foundry", "endpoint_url": fakes + "/anthropic"}, tmp,
+                    {"IDENTITY_ENDPOINT": fakes + "/msi/token", "IDENTITY_HEADER": IDENTITY_HEADER,
+                     "AZURE_TOKEN_CREDENTIALS": "ManagedIdentityCredential"},
+                ),
             }
             rows = {
                 "json_1k": asyncio.run(_row(urls, body_1k(), False, args.n, args.warmup)),

@@ -16,7 +16,7 @@ from proxy.core.catalogue_data import BETAS, DEFAULT_CONTEXT_WINDOW, MODELS
 from proxy.core.model_row import Model, Price
 
 PAGE = Path(__file__).resolve().parent / "reference" / "models.md"
-PLATFORMS = ("bedrock", "vertex")
+PLATFORMS = ("bedrock", "vertex", "foundry")
 
 
 def _tokens(value: int | None) -> str:
@@ -84,13 +84,13 @@ def render() -> str:
         "enables (`x-upstream-betas-dropped`, `x-upstream-fields-dropped`); `upstream.accepted_betas`",
         "and `upstream.beta_fields` override this table.",
         "",
-        "| Beta | Body fields it enables | Bedrock | Vertex |",
-        "|---|---|---|---|",
+        "| Beta | Body fields it enables | Bedrock | Vertex | Foundry |",
+        "|---|---|---|---|---|",
     ]
     for beta in BETAS:
         fields = ", ".join(f"`{f}`" for f in beta.fields) or "-"
         cells = ["accepted" if p in beta.accepted else "dropped" for p in PLATFORMS]
-        out.append(f"| `{beta.name}` | {fields} | {cells[0]} | {cells[1]} |")
+        out.append(f"| `{beta.name}` | {fields} | " + " | ".join(cells) + " |")
     out += ["", "### Evidence", ""]
     for beta in BETAS:
         parts = [f"{p}: {beta.accepted[p]}" for p in PLATFORMS if p in beta.accepted]

@@ -12,6 +12,11 @@ say what it sends to the third-party platforms:
 * the ones it moves into Bedrock's body ``anthropic_beta`` (``if(l_(e)==="bedrock")return
   t.filter((n)=>!SET.has(n))``: taken out of the header list, sent in the body).
 
+The filter applies only off the providers that get every beta as the Claude API does
+(``if(!YM())o=o.filter(...)``, ``YM`` = ``D6r()&&...``, ``D6r`` = ``e==="firstParty"||...``):
+:func:`read_full_beta_providers` reads that list (``foundry`` is in it: Claude Code sends Foundry
+its first-party betas).
+
 The bundle is minified, so the reader anchors on strings and shapes, not on names; when a new
 Claude Code changes them, :class:`BundleChanged` says which anchor was not found.
 """
@@ -48,6 +53,32 @@ class CcModel:
     foundry: str | None
     window: int | None  # ``context.window`` (None: no context entry)
     supports_1m_beta: bool
+
+
+_FILTER_GATE = re.compile(rb"if\(!([\w$]+)\(\)\)\w+=\w+\.filter")
+
+
+def read_full_beta_providers(path: Path) -> frozenset[str]:
+    """The providers Claude Code sends every beta it sends the Claude API (no third-party filter)."""
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        for at in _occurrences(data, _DROPPED_ANCHOR):
+            gate = _FILTER_GATE.search(bytes(data[max(0, at - 400) : at]))
+            if gate is not None:
+                source = bytes(data[max(0, at - 200_000) : at + 10_000])
+                break
+        else:
+            raise BundleChanged("no gate (if(!GATE())o=o.filter(...)) before 'dropped on 3P' found")
+    inner = re.search(rb"function " + re.escape(gate.group(1)) + rb"\(\)\{return ([\w$]+)\(\)&&", source)
+    if inner is None:
+        raise BundleChanged(f"no function {gate.group(1).decode()}(){{return X()&&...}} found")
+    listed = re.search(
+        rb"function " + re.escape(inner.group(1))
+        + rb'\(\)\{let (\w+)=[\w$]+\(\);return ((?:\1==="\w+"\|\|)*\1==="\w+")\}',
+        source,
+    )
+    if listed is None:
+        raise BundleChanged(f"no provider list in function {inner.group(1).decode()}() found")
+    return frozenset(re.findall(r'"(\w+)"', listed.group(2).decode()))
 
 
 @dataclass(frozen=True)

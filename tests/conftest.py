@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -8,6 +9,7 @@ import anthropic
 import orjson
 import pytest
 
+from tests.foundry_fake import FakeFoundry
 from tests.harness import LoopThread, ProxyServer, proxy_config
 from tests.platform_fakes import TEST_ACCESS_KEY, TEST_SECRET_KEY, FakeBedrock, FakeVertex
 from tests.shared_data import CC_TRANSCRIPT
@@ -112,6 +114,33 @@ def bedrock(loop_thread: LoopThread) -> Iterator[FakeBedrock]:
     loop_thread.run(fake.start())
     yield fake
     loop_thread.run(fake.stop())
+
+
+@pytest.fixture
+def foundry(loop_thread: LoopThread) -> Iterator[FakeFoundry]:
+    fake = FakeFoundry()
+    loop_thread.run(fake.start())
+    yield fake
+    loop_thread.run(fake.stop())
+
+
+def no_azure_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No variable azure-identity's chain reads (service principal, workload or managed identity)."""
+    for name in list(os.environ):
+        if name.startswith(("AZURE_", "MSI_", "IDENTITY_", "IMDS_")):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def azure_env(monkeypatch: pytest.MonkeyPatch, foundry: FakeFoundry, tmp_path: Path) -> FakeFoundry:
+    """azure-identity's DefaultAzureCredential chain finds only the fake's managed identity (App
+    Service's IDENTITY_ENDPOINT / IDENTITY_HEADER): no service principal, workload identity, IMDS
+    or Azure CLI login."""
+    no_azure_identity(monkeypatch)
+    monkeypatch.setenv("IDENTITY_ENDPOINT", foundry.identity_endpoint)
+    monkeypatch.setenv("IDENTITY_HEADER", foundry.identity_header)
+    monkeypatch.setenv("AZURE_CONFIG_DIR", str(tmp_path / "no-azure-cli"))
+    return foundry
 
 
 @pytest.fixture

@@ -423,13 +423,20 @@ class FakeVertex:
                 status=400,
             )
         message = message_json(f"Hello from fake Vertex ({model}).", model=model)
-        if method == "rawPredict":
-            return web.json_response(message, headers={"request-id": "req_vertex_1"})
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream; charset=utf-8", "request-id": "req_vertex_2"}
-        )
-        await response.prepare(request)
-        for event in message_stream_events(message):
-            await response.write(event)
-        await response.write_eof()
-        return response
+        return await messages_answer(request, message, method != "rawPredict", "req_vertex")
+
+
+async def messages_answer(
+    request: web.Request, message: dict[str, Any], stream: bool, request_id: str
+) -> web.StreamResponse:
+    """``message`` as the Messages API answers it: JSON, or its SSE events."""
+    if not stream:
+        return web.json_response(message, headers={"request-id": f"{request_id}_1"})
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream; charset=utf-8", "request-id": f"{request_id}_2"}
+    )
+    await response.prepare(request)
+    for event in message_stream_events(message):
+        await response.write(event)
+    await response.write_eof()
+    return response

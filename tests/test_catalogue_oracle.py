@@ -20,6 +20,7 @@ from proxy.core.catalogue import RULE, Catalogue
 from proxy.core.catalogue_data import BETA_1M, MODELS
 from proxy.formats.bridging import ACCEPTED
 from tests import claude_code_catalogue as cc
+from tests.foundry_fake import FOUNDRY_BETAS
 from tests.platform_fakes import BEDROCK_BETAS, VERTEX_BETAS
 
 CATALOGUE = Catalogue()
@@ -120,6 +121,20 @@ def test_every_beta_claude_code_sends_to_a_platform_is_accepted_there() -> None:
     # the platform fakes refuse none of them either (their own copies of the platforms' lists)
     assert sorted(betas.vertex - VERTEX_BETAS) == []
     assert sorted(betas.bedrock - BEDROCK_BETAS) == []
+
+
+def test_foundry_gets_claude_codes_betas_as_the_claude_api_does() -> None:
+    """Claude Code sends Foundry its first-party betas (no third-party filter there), so a beta
+    it sends in Foundry mode must be one we accept for Foundry: tests/test_claude_code_foundry.py
+    checks that on a real run (none dropped); here, that the bundle still says so, and that the
+    Foundry fake's own copy refuses none of ours."""
+    path = cc.bundle()
+    if path is None:
+        pytest.skip("Claude Code's native binary is not installed (.ci/run installs it)")
+    providers = cc.read_full_beta_providers(path)
+    assert "foundry" in providers and "firstParty" in providers, providers
+    assert not {"bedrock", "vertex"} & providers
+    assert sorted(ACCEPTED["foundry"] - FOUNDRY_BETAS) == []
 
 
 def test_the_pinned_claude_code_is_the_one_installed() -> None:

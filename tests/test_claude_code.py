@@ -318,7 +318,10 @@ def _clean_env(home: Path, base_url: str) -> dict[str, str]:
 def mode_env(mode: str, home: Path, url: str) -> dict[str, str]:
     """Claude Code's environment for ``mode``: ``anthropic`` (``ANTHROPIC_BASE_URL``), or the
     platforms' own client modes at ``url`` (``bedrock``, ``vertex``: their auth skipped, the
-    proxy holds the credentials)."""
+    proxy holds the credentials; ``foundry``: the proxy's ``/anthropic`` as the resource's base
+    URL, ``ANTHROPIC_FOUNDRY_API_KEY`` carrying the key: Claude Code 2.1.197's
+    ``CLAUDE_CODE_SKIP_FOUNDRY_AUTH`` alone ends every request before it is sent, its token
+    provider answering "" -- see tests/test_claude_code_foundry.py)."""
     env = _clean_env(home, url)
     if mode == "bedrock":
         del env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_API_KEY"]
@@ -332,6 +335,12 @@ def mode_env(mode: str, home: Path, url: str) -> dict[str, str]:
             CLAUDE_CODE_USE_VERTEX="1", CLAUDE_CODE_SKIP_VERTEX_AUTH="1",
             ANTHROPIC_VERTEX_BASE_URL=url + "/v1", ANTHROPIC_VERTEX_PROJECT_ID="proj-x",
             CLOUD_ML_REGION="us-east5",
+        )
+    elif mode == "foundry":
+        del env["ANTHROPIC_BASE_URL"]
+        env.update(
+            CLAUDE_CODE_USE_FOUNDRY="1", ANTHROPIC_FOUNDRY_BASE_URL=url + "/anthropic",
+            ANTHROPIC_FOUNDRY_API_KEY=env.pop("ANTHROPIC_API_KEY"),
         )
     return env
 

@@ -9,6 +9,9 @@ both conversations are compacted (pruned and summarised); once a conversation's 
 removed turns and offers ``context_proxy_retrieve``, its model reads back the first pointer of
 its own bridge and answers with the tag it found there.
 
+Run in Anthropic mode and in Foundry mode (``CLAUDE_CODE_USE_FOUNDRY``, the proxy's ``/anthropic``
+as the resource's base URL): the same checks hold in both.
+
 Checked: both conversations were compacted and offered the tool; every pointer a bridge names is
 an event of that bridge's own conversation; each conversation's retrieval returned a tag of its
 own files; Claude Code finished with the main conversation's answer and never saw our tool.
@@ -28,7 +31,14 @@ from proxy.core.compaction.retrieval import TOOL_NAME
 from proxy.core.pointers import TranscriptPointer, parse_pointer
 from proxy.server.appkeys import DURABLE, STORE
 from tests.harness import LoopThread, ProxyServer
-from tests.test_claude_code import RUN_TIMEOUT, Tap, _clean_env, find_claude, run_through_tap
+from tests.test_claude_code import (
+    RUN_TIMEOUT,
+    Tap,
+    _proxy_error_answers,
+    find_claude,
+    mode_env,
+    run_through_tap,
+)
 from tests.test_retrieval_offer import named_pointers, offers_tool, tools_bytes
 from tests.upstream import (
     FakeUpstream,
@@ -141,8 +151,9 @@ def _write_files(work: Path) -> None:
 
 @pytest.mark.claude_code
 @pytest.mark.timeout(RUN_TIMEOUT + 90)
+@pytest.mark.parametrize("mode", ["anthropic", "foundry"])
 def test_claude_code_main_and_subagent_each_compacted_and_reading_back_their_own_turns(
-    upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread, tmp_path: Path
+    upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread, tmp_path: Path, mode: str
 ) -> None:
     claude = find_claude()
     if claude is None:
@@ -169,7 +180,7 @@ def test_claude_code_main_and_subagent_each_compacted_and_reading_back_their_own
     loop_thread.run(tap.start())
     result, tapped, context = run_through_tap(
         claude, ["-p", PROMPT, "--allowedTools", "Read", "Agent", "Task", "--output-format", "json"],
-        work=work, env=_clean_env(home, tap.url), tap=tap, loop_thread=loop_thread,
+        work=work, env=mode_env(mode, home, tap.url), tap=tap, loop_thread=loop_thread,
         upstream=upstream, timeout=RUN_TIMEOUT + 60,
     )  # fmt: skip
     loop_thread.run(proxy.app[DURABLE].drain())
@@ -212,3 +223,6 @@ def test_claude_code_main_and_subagent_each_compacted_and_reading_back_their_own
     assert result.get("result", "").startswith("MAIN-DONE TAG-main-b"), context
     # Claude Code never saw our tool
     assert not any(TOOL_NAME.encode() in r.body for r in tapped), context
+    if mode == "foundry":  # every request it made was Foundry's, answered without an error
+        assert tapped and all(r.path.startswith("/anthropic/v1/messages") for r in tapped), context
+    assert _proxy_error_answers(proxy) == [], context

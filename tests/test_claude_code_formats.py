@@ -1,5 +1,5 @@
-"""End to end: Claude Code 2.1.197 in Anthropic, Bedrock and Vertex mode through the proxy, one
-session that compacts, with the same answer and the same forwarded views in all three.
+"""End to end: Claude Code 2.1.197 in Anthropic, Bedrock, Vertex and Foundry mode through the
+proxy, one session that compacts, with the same answer and the same forwarded views in all four.
 
 What Claude Code sends in the platform modes (recorded against a plain recording server first):
 
@@ -25,6 +25,11 @@ What Claude Code sends in the platform modes (recorded against a plain recording
   claude-sonnet-4-5@20250929:streamRawPredict`` (``<base>`` as given: with or without ``/v1``), no
   credential header, the betas in the ``anthropic-beta`` header, a body with ``"stream": true``
   and ``"anthropic_version": "vertex-2023-10-16"``.
+* Foundry (``CLAUDE_CODE_USE_FOUNDRY=1``, ``ANTHROPIC_FOUNDRY_BASE_URL=<proxy>/anthropic``,
+  ``ANTHROPIC_FOUNDRY_API_KEY``): ``POST /anthropic/v1/messages?beta=true`` with the key in
+  ``x-api-key``, ``anthropic-version: 2023-06-01``, the betas in ``anthropic-beta`` and the
+  Messages body, its model the catalogue's Foundry name (``claude-sonnet-4-5``: an alias the
+  Claude API takes, so it goes upstream as Claude Code sent it).
 
 The scenario is tests/test_claude_code_retrieval.py's (L1 cuts a long tool result; the model reads
 it back through the proxy's hidden retrieval rounds): in Bedrock mode that stream is spliced and
@@ -60,7 +65,10 @@ MODELS = {
     "anthropic": INSIDE,
     "bedrock": "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
     "vertex": "claude-sonnet-4-5@20250929",
+    "foundry": "claude-sonnet-4-5",
 }
+# what the upstream gets as the model: the Anthropic id, or a Foundry name the Claude API takes
+UPSTREAM_MODEL = {**dict.fromkeys(MODELS, INSIDE), "foundry": "claude-sonnet-4-5"}
 
 
 def _env(mode: str, home: Path, url: str) -> dict[str, str]:
@@ -124,6 +132,9 @@ def _run(
         assert any(p.startswith("/model/") and p.endswith("/invoke-with-response-stream") for p in paths), context
     if mode == "vertex":
         assert any(r.path.endswith(":streamRawPredict") for r in tapped), context
+    if mode == "foundry":
+        assert any(r.target == "/anthropic/v1/messages?beta=true" for r in tapped), context
+        assert all(r.path.startswith("/anthropic/v1/messages") for r in tapped if r.method == "POST"), context
     assert not any(TOOL_NAME.encode() in r.body for r in tapped), context
     mains = [
         r for r in upstream.requests[first:]
@@ -133,8 +144,8 @@ def _run(
 
 
 @pytest.mark.claude_code
-@pytest.mark.timeout(3 * RUN_TIMEOUT + 60)
-def test_claude_code_in_bedrock_and_vertex_mode_gets_the_same_answer_and_views(
+@pytest.mark.timeout(4 * RUN_TIMEOUT + 60)
+def test_claude_code_in_bedrock_vertex_and_foundry_mode_gets_the_same_answer_and_views(
     upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread, tmp_path: Path
 ) -> None:
     claude = find_claude()
@@ -148,23 +159,24 @@ def test_claude_code_in_bedrock_and_vertex_mode_gets_the_same_answer_and_views(
     assert f"The code in the log is {CODE}." in answer, context
     continuations = [r for r in mains if RETRIEVE.encode() in r.body]
     assert len(continuations) >= 2, context  # compacted, then read back in hidden rounds
-    for mode in ("bedrock", "vertex"):
+    for mode in ("bedrock", "vertex", "foundry"):
         other_answer, other_mains, other_context = runs[mode]
         assert other_answer == answer, other_context
-        assert all(r.json()["model"] == INSIDE for r in other_mains), other_context
+        assert all(r.json()["model"] == UPSTREAM_MODEL[mode] for r in other_mains), other_context
         assert [_view(r) for r in other_mains] == [_view(r) for r in mains], other_context
     assert _proxy_error_answers(proxy) == [], "\n".join(run[2] for run in runs.values())
 
 
 @pytest.mark.claude_code
-@pytest.mark.timeout(2 * RUN_TIMEOUT + 60)
-def test_claude_code_presents_a_proxy_key_in_bedrock_and_vertex_mode(
+@pytest.mark.timeout(3 * RUN_TIMEOUT + 60)
+def test_claude_code_presents_a_proxy_key_in_bedrock_vertex_and_foundry_mode(
     upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``auth.mode: keys``: Claude Code in Bedrock mode presents the proxy key as its bearer
-    token (``AWS_BEARER_TOKEN_BEDROCK``), in Vertex mode as a custom ``x-api-key`` header; the
-    tenant's provider key goes upstream, the proxy key never does."""
+    token (``AWS_BEARER_TOKEN_BEDROCK``), in Vertex mode as a custom ``x-api-key`` header, in
+    Foundry mode as its Foundry key (``ANTHROPIC_FOUNDRY_API_KEY``: ``x-api-key``); the tenant's
+    provider key goes upstream, the proxy key never does."""
     claude = find_claude()
     if claude is None:
         pytest.skip("Claude Code CLI not found (see tests/test_claude_code.py)")
@@ -178,7 +190,7 @@ def test_claude_code_presents_a_proxy_key_in_bedrock_and_vertex_mode(
     )
     monkeypatch.setenv("FORMATS_PROVIDER_KEY", provider)
     proxy: ProxyServer = make_proxy(auth={"mode": "keys"}, policies_dir=str(policies))
-    for mode in ("bedrock", "vertex"):
+    for mode in ("bedrock", "vertex", "foundry"):
         home, work = tmp_path / mode / "home", tmp_path / mode / "work"
         home.mkdir(parents=True)
         work.mkdir(parents=True)
@@ -186,8 +198,10 @@ def test_claude_code_presents_a_proxy_key_in_bedrock_and_vertex_mode(
         if mode == "bedrock":
             del env["CLAUDE_CODE_SKIP_BEDROCK_AUTH"]
             env["AWS_BEARER_TOKEN_BEDROCK"] = key
-        else:
+        elif mode == "vertex":
             env["ANTHROPIC_CUSTOM_HEADERS"] = f"x-api-key: {key}"
+        else:
+            env["ANTHROPIC_FOUNDRY_API_KEY"] = key
         first = len(upstream.requests)
         upstream.script(*[make_model("/nonexistent/big.log", "/nonexistent/notes.txt")] * 50)
         proc = subprocess.run(

@@ -76,6 +76,39 @@ def _scripted(message: dict[str, Any], stream: bool) -> Reply | Stream:
     return Stream(message_stream_events(message)) if stream else Reply(message)
 
 
+def platform_rounds() -> list[dict[str, Any]]:
+    """What a platform's model answers in the one-round scenario: a call of ours, then the answer."""
+    return [
+        _round([_text("Let me read the whole log."), _call()], "tool_use", 100, 20),
+        _round([_text("The failure is on line 399.")], "end_turn", 7000, 15),
+    ]
+
+
+def one_round_through(proxy: ProxyServer, stream: bool, bodies: Any) -> None:
+    """The one-round scenario through a proxy whose platform answers :func:`platform_rounds`:
+    the client gets one answer, and the second call's view is the first's plus our round (the
+    round's assistant turn, then the verified source). ``bodies()``: what the platform got."""
+    sdk = anthropic.Anthropic(
+        base_url=proxy.url, api_key="sk-ant-client-key", max_retries=0,
+        default_headers={"x-session-id": SESSION},
+    )  # fmt: skip
+    params: dict[str, Any] = {"model": "claude-sonnet-4-5-20250929", "max_tokens": 100,
+                              "messages": MESSAGES, "tools": TOOLS}  # fmt: skip
+    if stream:
+        with sdk.messages.stream(**params) as s:
+            final = s.get_final_message()
+    else:
+        final = sdk.messages.create(**params)
+    assert [b.text for b in final.content] == [  # type: ignore[union-attr]
+        "Let me read the whole log.", "The failure is on line 399."
+    ]
+    assert final.usage.input_tokens == 7100
+    first, second = bodies()
+    assert second["messages"][:-2] == first["messages"]
+    result = second["messages"][-1]["content"][0]
+    assert result["type"] == "tool_result" and result["content"] == [{"type": "text", "text": BIG}]
+
+
 def _messages_requests(upstream: FakeUpstream) -> list[RecordedRequest]:
     return [r for r in upstream.requests if r.path == "/v1/messages"]
 

@@ -595,10 +595,12 @@ def test_env_provider_replaces_the_client_credentials(tmp_path: Path) -> None:
     assert tenancy.upstream_auth_headers(acme_t, headers) == {
         "x-api-key": SECRET,
         "authorization": None,
+        "api-key": None,
     }
     assert tenancy.upstream_auth_headers(globex_t, {}) == {
         "x-api-key": SECRET_B,
         "authorization": None,
+        "api-key": None,
     }
 
 
@@ -609,10 +611,16 @@ def test_passthrough_provider_in_keys_mode_drops_only_the_proxy_key(tmp_path: Pa
     assert tenant.provider == ProviderAuth("passthrough")
     both = {"x-api-key": KEY_A, "authorization": "Bearer provider-oauth-token"}
     assert tenancy.authenticate(both) is tenant
-    assert tenancy.upstream_auth_headers(tenant, both) == {"x-api-key": None}
+    assert tenancy.upstream_auth_headers(tenant, both) == {"x-api-key": None, "api-key": None}
     bearer = {"Authorization": f"Bearer {KEY_A}"}
     assert tenancy.authenticate(bearer) is tenant
-    assert tenancy.upstream_auth_headers(tenant, bearer) == {"authorization": None}
+    assert tenancy.upstream_auth_headers(tenant, bearer) == {"authorization": None, "api-key": None}
+    # Foundry's key header: a Foundry client's key (the SDK sends it in x-api-key and api-key;
+    # Microsoft's REST examples in api-key alone); it never goes upstream
+    foundry = {"api-key": KEY_A, "authorization": "Bearer provider-oauth-token"}
+    assert tenancy.authenticate(foundry) is tenant
+    assert tenancy.upstream_auth_headers(tenant, foundry) == {"api-key": None}
+    assert tenancy.authenticate({"api-key": "not-a-key"}) is None
 
 
 # --- secrets -----------------------------------------------------------------------------------

@@ -75,8 +75,11 @@ def proxy(loop_thread: LoopThread, upstream: FakeUpstream, tmp_path: Path) -> It
     loop_thread.run(server.stop())
 
 
-def binding_proxy(loop_thread: LoopThread, upstream: FakeUpstream, tmp_path: Path) -> ProxyServer:
-    """A started proxy (tenant ``team``, a low threshold, a summary model) on ``upstream``."""
+def binding_proxy(
+    loop_thread: LoopThread, upstream: FakeUpstream, tmp_path: Path, platform: dict[str, Any] | None = None
+) -> ProxyServer:
+    """A started proxy (tenant ``team``, a low threshold, a summary model) on ``upstream`` (or,
+    with ``platform``, that ``upstream:`` section)."""
     policies = tmp_path / "policies"
     policies.mkdir()
     policy = {
@@ -99,6 +102,7 @@ def binding_proxy(loop_thread: LoopThread, upstream: FakeUpstream, tmp_path: Pat
             "summary": {"model": SUMMARY_MODEL},
         },
         ledger={"flush_seconds": 0.01},
+        **({"upstream": platform} if platform else {}),
     )
     server = ProxyServer(config)
     loop_thread.run(server.start())
@@ -323,6 +327,38 @@ def test_with_thinking_off_the_proxy_removes_the_stale_blocks_itself(
             # what the provider was shown holds no stale block: it dropped none itself
             assert BINDING_BETA not in request.headers.get("anthropic-beta", "")
     assert sum(len(v.dropped) for v in upstream.verdicts) == 0
+
+
+def test_on_a_platform_that_does_not_take_the_binding_beta_the_proxy_drops_stale_blocks(
+    loop_thread: LoopThread, upstream: FakeUpstream, rules: ProviderRules, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Foundry upstream (the catalogue's Foundry column leaves the binding beta out: LiteLLM's
+    azure_ai table) loses the beta and ``block_binding`` on the way, so asking the provider to
+    drop would reach it as nothing: the proxy removes the stale blocks itself. The provider here
+    is the rules fake behind Foundry's path (``<endpoint>/v1/messages``): a stale block would be
+    its 400."""
+    monkeypatch.setenv("BINDING_FOUNDRY_KEY", "foundry-key-for-the-rules-fake")
+    server = binding_proxy(
+        loop_thread, upstream, tmp_path,
+        {"format": "foundry", "endpoint_url": upstream.url, "api_key_env": "BINDING_FOUNDRY_KEY"},
+    )  # fmt: skip
+    try:
+        loop = Loop(_client(server), upstream)
+        for k in range(14):
+            if k == 9:
+                _add_fact(server)  # the durable block changes system: earlier blocks are stale
+            loop.step(k)
+    finally:
+        loop_thread.run(server.stop())
+    assert all(v.accepted for v in upstream.verdicts), [v.rejection for v in upstream.verdicts if v.rejection]
+    actions = [h.get("x-compaction-thinking", "none=0") for h in loop.headers]
+    assert any(a.startswith("dropped=") for a in actions), actions
+    assert not any(a.startswith("asked-to-drop") for a in actions), actions
+    for request in _forwarded(upstream):
+        assert BINDING_BETA not in request.headers.get("anthropic-beta", "")
+        assert request.headers["x-api-key"] == "foundry-key-for-the-rules-fake"
+    assert sum(len(v.dropped) for v in upstream.verdicts) == 0  # nothing stale reached it
 
 
 def test_the_stale_block_400_is_what_the_fake_answers_without_the_guard(

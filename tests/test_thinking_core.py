@@ -198,16 +198,18 @@ def test_a_known_block_is_judged_by_its_record_and_an_unknown_one_by_the_clients
 
 
 @pytest.mark.parametrize(
-    ("thinking", "action"),
+    ("thinking", "action", "without_the_beta"),
     [
-        (None, "asked-to-drop"),
-        ({"type": "adaptive"}, "asked-to-drop"),
-        ({"type": "disabled"}, "dropped"),
-        ({"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}, "forwarded"),
-        ({"type": "adaptive", "block_binding": {"mismatch_behavior": "error"}}, "deferred"),
+        (None, "asked-to-drop", "dropped"),
+        ({"type": "adaptive"}, "asked-to-drop", "dropped"),
+        ({"type": "disabled"}, "dropped", "dropped"),
+        ({"type": "adaptive", "block_binding": {"prefix_mismatch_behavior": "drop_block"}}, "forwarded", "dropped"),
+        ({"type": "adaptive", "block_binding": {"mismatch_behavior": "error"}}, "deferred", "deferred"),
     ],
 )
-def test_what_is_done_with_stale_blocks(thinking: Any, action: str) -> None:
+def test_what_is_done_with_stale_blocks(thinking: Any, action: str, without_the_beta: str) -> None:
+    """``without_the_beta``: on a platform the binding beta does not reach (Foundry), neither the
+    proxy nor the client can ask the provider to drop: the proxy drops them itself."""
     messages = _convo()
     body: dict[str, Any] = {"messages": messages}
     if thinking is not None:
@@ -217,6 +219,7 @@ def test_what_is_done_with_stale_blocks(thinking: Any, action: str) -> None:
     client = PrefixKeys(SYSTEM, TOOLS, messages)
     theirs = {b.ident: client.at(b.message, b.index) for b in blocks}
     assert decide(body, keys, blocks, BindingRecords(), theirs).action == action
+    assert decide(body, keys, blocks, BindingRecords(), theirs, can_ask=False).action == without_the_beta
 
 
 def test_asking_to_drop_keeps_the_clients_type_and_fields() -> None:

@@ -351,14 +351,7 @@ def test_the_summary_call_goes_to_the_tenants_bedrock_upstream(
     bedrock.responder = lambda path, body: message_json(
         "SUMMARY: goal was X" if summary_model in path else "ok"
     )
-    k = next(
-        k for k in range(90, len(transcript["messages"]) + 1)
-        if transcript["messages"][k - 1]["role"] == "user"
-    )
-    response = client(proxy).messages.with_raw_response.create(
-        model=MODEL, max_tokens=100, messages=transcript["messages"][:k], tools=transcript["tools"]
-    )
-    assert response.headers["x-compaction-summary"] == "ok"
+    summarised_through(proxy, transcript)
     paths = [s.path for s in bedrock.seen]
     # signed, to Bedrock; a model the catalogue does not know gets the published rule's id
     assert paths[0] == "/model/us.anthropic.claude-summary-test/invoke"
@@ -367,37 +360,30 @@ def test_the_summary_call_goes_to_the_tenants_bedrock_upstream(
     assert "SUMMARY: goal was X" in forwarded
 
 
+def summarised_through(proxy: ProxyServer, transcript: dict[str, Any]) -> None:
+    """A long Claude Code conversation sent once: compacted with a summary made by the platform."""
+    k = next(
+        k for k in range(90, len(transcript["messages"]) + 1)
+        if transcript["messages"][k - 1]["role"] == "user"
+    )
+    response = client(proxy).messages.with_raw_response.create(
+        model=MODEL, max_tokens=100, messages=transcript["messages"][:k], tools=transcript["tools"]
+    )
+    assert response.headers["x-compaction-summary"] == "ok"
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 def test_a_retrieval_round_runs_against_bedrock_as_one_answer(
     aws_env: Path, bedrock: FakeBedrock, make_proxy: ProxyFactory, stream: bool
 ) -> None:
-    from tests.test_retrieval import BIG, CUT, MESSAGES, SESSION, TOOLS, _call, _round, _text
+    from tests.test_retrieval import CUT, one_round_through, platform_rounds
 
     proxy = make_proxy(
         upstream={"format": "bedrock", "region": "us-east-1", "endpoint_url": bedrock.url},
         compaction=CUT,
     )
-    bedrock.script += [
-        _round([_text("Let me read the whole log."), _call()], "tool_use", 100, 20),
-        _round([_text("The failure is on line 399.")], "end_turn", 7000, 15),
-    ]
-    sdk = anthropic.Anthropic(
-        base_url=proxy.url, api_key=CLIENT_KEY, max_retries=0, default_headers={"x-session-id": SESSION}
-    )
-    params: dict[str, Any] = {"model": MODEL, "max_tokens": 100, "messages": MESSAGES, "tools": TOOLS}
-    if stream:
-        with sdk.messages.stream(**params) as s:
-            final = s.get_final_message()
-    else:
-        final = sdk.messages.create(**params)
-    assert [b.text for b in final.content] == [  # type: ignore[union-attr]
-        "Let me read the whole log.", "The failure is on line 399."
-    ]
-    assert final.usage.input_tokens == 7100
-    first, second = bedrock.seen
-    assert second.body["messages"][:-2] == first.body["messages"]
-    result = second.body["messages"][-1]["content"][0]
-    assert result["type"] == "tool_result" and result["content"] == [{"type": "text", "text": BIG}]
+    bedrock.script += platform_rounds()
+    one_round_through(proxy, stream, lambda: [s.body for s in bedrock.seen])
     assert all(s.path.endswith("/invoke-with-response-stream" if stream else "/invoke") for s in bedrock.seen)
 
 

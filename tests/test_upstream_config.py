@@ -15,7 +15,12 @@ from proxy.tenancy.tenants import PolicyError, load_tenancy
 @pytest.mark.parametrize(
     ("upstream", "problem"),
     [
-        ({"format": "azure"}, "key 'upstream.format': expected one of anthropic, bedrock, vertex, got 'azure'"),
+        ({"format": "azure"}, "key 'upstream.format': expected one of anthropic, bedrock, vertex, foundry, got 'azure'"),
+        ({"format": "foundry"}, "key 'upstream.resource': expected a Foundry resource name or an endpoint_url with format foundry (one of them), got neither"),
+        ({"format": "foundry", "resource": "r", "endpoint_url": "https://r.services.ai.azure.com/anthropic"}, "(one of them), got both"),
+        ({"format": "foundry", "resource": "r.services.ai.azure.com"}, "key 'upstream.resource': expected a Foundry resource name"),
+        ({"format": "foundry", "resource": "r", "api_key_env": "sk-ant-pasted key"}, "key 'upstream.api_key_env': expected the name of an environment variable"),
+        ({"format": "foundry", "resource": "r", "entra_scope": "https://ai.azure.com"}, "key 'upstream.entra_scope': expected an Entra ID scope"),
         ({"format": "bedrock"}, "key 'upstream.region': expected an AWS region with format bedrock, missing"),
         ({"format": "vertex", "project": "p"}, "key 'upstream.location': expected a value with format vertex, missing"),
         ({"endpoint_url": "ftp://x"}, "key 'upstream.endpoint_url': expected"),
@@ -27,6 +32,18 @@ def test_bad_upstream_keys_are_named(upstream: dict[str, object], problem: str) 
     with pytest.raises(ConfigError) as caught:
         parse_config({"upstream": upstream})
     assert problem in str(caught.value)
+
+
+def test_a_pasted_key_in_api_key_env_is_never_shown() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"upstream": {"format": "foundry", "resource": "r", "api_key_env": "0123 secret"}})
+    assert "0123 secret" not in str(caught.value)
+
+
+def test_a_foundry_target_from_its_resource_or_endpoint() -> None:
+    config = parse_config({"upstream": {"format": "foundry", "resource": "my-res", "api_key_env": "K"}})
+    assert (config.upstream.resource, config.upstream.api_key_env) == ("my-res", "K")
+    assert config.upstream.entra_scope == "https://cognitiveservices.azure.com/.default"
 
 
 def test_model_id_entries_need_an_anthropic_id() -> None:

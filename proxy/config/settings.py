@@ -570,7 +570,7 @@ class Config:
     listen: ListenConfig = field(default=ListenConfig(), metadata=doc("Where the proxy listens for clients."))
     upstream: UpstreamConfig = field(
         default=UpstreamConfig(),
-        metadata=doc("Where requests go: the provider's API, or Bedrock or Vertex (a tenant policy may choose another)."),
+        metadata=doc("Where requests go: the provider's API, or Bedrock, Vertex or Foundry (a tenant policy may choose another)."),
     )
     limits: LimitsConfig = field(
         default=LimitsConfig(), metadata=doc("Request sizes, concurrency, client connections and the body memo.")

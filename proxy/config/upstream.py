@@ -1,16 +1,40 @@
-"""The ``upstream:`` section: where requests go (the Anthropic API, Bedrock Runtime or Vertex AI),
-in the configuration and, as :class:`UpstreamTarget`, in a tenant policy."""
+"""The ``upstream:`` section: where requests go (the Anthropic API, Bedrock Runtime, Vertex AI or
+Microsoft Foundry), in the configuration and, as :class:`UpstreamTarget`, in a tenant policy."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 
 from proxy.config.schema import check, doc, http_url, one_of, or_empty, positive
 from proxy.core.platform_ids import GEOGRAPHIES, geography_for_region
 from proxy.formats.bridging import path_problem
 
-UPSTREAM_FORMATS = ("anthropic", "bedrock", "vertex")
+UPSTREAM_FORMATS = ("anthropic", "bedrock", "vertex", "foundry")
+# Microsoft Entra ID's scope for Foundry's endpoints: what Claude Code 2.1.197 asks for in Foundry
+# mode (its bundle: getBearerTokenProvider(new DefaultAzureCredential, "<this>"))
+FOUNDRY_SCOPE = "https://cognitiveservices.azure.com/.default"
+_RESOURCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,62}$")
+_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _resource(value: str) -> str | None:
+    if value == "" or _RESOURCE.match(value):
+        return None
+    return "a Foundry resource name (letters, digits and hyphens: <resource>.services.ai.azure.com)"
+
+
+def _variable(value: str) -> str | None:
+    if value == "" or _VARIABLE.match(value):
+        return None
+    return "the name of an environment variable (letters, digits, _), not the key itself"
+
+
+def _scope(value: str) -> str | None:
+    return None if value.startswith("https://") and value.endswith("/.default") else (
+        "an Entra ID scope like https://cognitiveservices.azure.com/.default"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,17 +72,18 @@ class UpstreamTarget:
         metadata=check(
             one_of(*UPSTREAM_FORMATS),
             doc="The platform requests go to: `anthropic` (the Messages API at `upstream.base_url`),"
-            " `bedrock` (Bedrock Runtime) or `vertex` (Vertex AI). A tenant policy's `upstream:` may"
-            " choose another.",
+            " `bedrock` (Bedrock Runtime), `vertex` (Vertex AI) or `foundry` (Microsoft Foundry)."
+            " A tenant policy's `upstream:` may choose another.",
         ),
     )
     endpoint_url: str = field(
         default="",
         metadata=check(
             or_empty(http_url),
-            doc="`bedrock`/`vertex`: another endpoint (a VPC endpoint, a test fake); `\"\"` = the"
-            " platform's public one (`https://bedrock-runtime.<region>.amazonaws.com`,"
-            " `https://<location>-aiplatform.googleapis.com`).",
+            doc="`bedrock`/`vertex`/`foundry`: another endpoint (a VPC or private endpoint, a test"
+            " fake); `\"\"` = the platform's public one (`https://bedrock-runtime.<region>.amazonaws.com`,"
+            " `https://<location>-aiplatform.googleapis.com`, `https://<resource>.services.ai.azure.com/anthropic`)."
+            " Foundry: the URL the Messages API's `/v1/messages` follows (it ends in `/anthropic`).",
         ),
     )
     region: str = field(default="", metadata=doc("`bedrock`: the AWS region (required with `bedrock`)."))
@@ -91,11 +116,37 @@ class UpstreamTarget:
             " credentials."
         ),
     )
+    resource: str = field(
+        default="",
+        metadata=check(
+            _resource,
+            doc="`foundry`: the Foundry resource (`https://<resource>.services.ai.azure.com/anthropic`);"
+            " `resource` or `endpoint_url` is required with `foundry`.",
+        ),
+    )
+    api_key_env: str = field(
+        default="",
+        metadata=check(
+            _variable,
+            doc="`foundry`: the environment variable holding the resource's API key (or `<VARIABLE>_FILE`"
+            " naming a file that holds it), read at first use and again when Foundry refuses it;"
+            " `\"\"` = Microsoft Entra ID through azure-identity's `DefaultAzureCredential` chain"
+            " (environment, workload identity, managed identity, Azure CLI...).",
+        ),
+    )
+    entra_scope: str = field(
+        default=FOUNDRY_SCOPE,
+        metadata=check(
+            _scope,
+            doc="`foundry` with Entra ID: the scope the token is asked for (Claude Code's;"
+            " `https://ai.azure.com/.default` works too).",
+        ),
+    )
     accepted_betas: tuple[str, ...] = field(
         default=(),
         metadata=doc(
-            "The betas the platform accepts; `[]` = the catalogue's list (`proxy/core/catalogue_data.py`)."
-            " Others are dropped with their body fields."
+            "The betas the platform accepts; `[]` = the catalogue's list (`proxy/core/catalogue_data.py`;"
+            " `foundry`: every beta, as the Claude API). Others are dropped with their body fields."
         ),
     )
     beta_fields: tuple[BetaFieldsConfig, ...] = field(
@@ -121,6 +172,11 @@ class UpstreamTarget:
             for key in ("project", "location"):
                 if not getattr(self, key):
                     out.append(f"key '{prefix}.{key}': expected a value with format vertex, missing")
+        if self.format == "foundry" and bool(self.resource) == bool(self.endpoint_url):
+            out.append(
+                f"key '{prefix}.resource': expected a Foundry resource name or an endpoint_url with"
+                f" format foundry (one of them), got {'both' if self.resource else 'neither'}"
+            )
         for i, entry in enumerate(self.beta_fields):
             if not entry.beta.strip():
                 out.append(f"key '{prefix}.beta_fields[{i}].beta': expected a beta name, missing")

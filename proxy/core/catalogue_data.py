@@ -248,62 +248,96 @@ AWS_MESSAGES = (
 AWS_COMPACTION = "https://docs.aws.amazon.com/bedrock/latest/userguide/claude-messages-compaction.html"
 AWS_BINDING = "AWS 'Anthropic Claude Messages API: thinking block binding' (model-parameters-anthropic-claude-messages*)"
 LITELLM = "LiteLLM's per-platform table (litellm/anthropic_beta_headers_config.json)"
+LITELLM_AZURE = "LiteLLM's per-platform table (litellm/anthropic_beta_headers_config.json, azure_ai)"
 GOOGLE = "Vertex AI's Claude feature pages (cloud.google.com/vertex-ai/generative-ai/docs/partner-models/claude)"
 CC_VERTEX = "Claude Code 2.1.197 sends it to Vertex (its third-party beta list)"
 CC_BEDROCK = "Claude Code 2.1.197 sends it to Bedrock in the body's anthropic_beta"
+# Foundry mode: Claude Code lets its experimental betas through as for the Claude API (no
+# third-party filter for foundry); recorded in Foundry mode with opus-4-6/4-7/4-8, sonnet-4-5[1m],
+# sonnet-4-6, sonnet-5, haiku-4-5 and fable-5 (tests/test_claude_code_foundry.py checks that a run
+# in Foundry mode loses none of them)
+CC_FOUNDRY = "Claude Code 2.1.197 sends it to Foundry in its Foundry mode (recorded)"
 CC_FIELDS = "Claude Code 2.1.197 sends the field with the beta"
 DOCS = "https://platform.claude.com/docs/en/build-with-claude/"
 
 
-def _both(bedrock: str, vertex: str) -> dict[str, str]:
-    return {"bedrock": bedrock, "vertex": vertex}
+def _on(
+    bedrock: str | None = None, vertex: str | None = None, foundry: str | None = None
+) -> dict[str, str]:
+    """The platforms that accept a beta, each with its evidence."""
+    named = {"bedrock": bedrock, "vertex": vertex, "foundry": foundry}
+    return {platform: source for platform, source in named.items() if source}
 
+
+_BOTH_CC_FOUNDRY = f"{CC_FOUNDRY}; {LITELLM_AZURE}"
 
 BETAS: tuple[Beta, ...] = (
-    Beta("claude-code-20250219", accepted={"vertex": CC_VERTEX}),
-    Beta("interleaved-thinking-2025-05-14", accepted=_both(f"{AWS_MESSAGES}; {CC_BEDROCK}", f"{GOOGLE}; {CC_VERTEX}")),
-    Beta(BETA_1M, (), CONTEXT, _both(f"{AWS_MESSAGES}; {CC_BEDROCK}", f"{GOOGLE}; {CC_VERTEX}")),
+    Beta("claude-code-20250219", accepted=_on(vertex=CC_VERTEX, foundry=CC_FOUNDRY)),
+    Beta(
+        "interleaved-thinking-2025-05-14",
+        accepted=_on(f"{AWS_MESSAGES}; {CC_BEDROCK}", f"{GOOGLE}; {CC_VERTEX}", _BOTH_CC_FOUNDRY),
+    ),
+    Beta(
+        BETA_1M, (), CONTEXT,
+        _on(f"{AWS_MESSAGES}; {CC_BEDROCK}", f"{GOOGLE}; {CC_VERTEX}", _BOTH_CC_FOUNDRY),
+    ),
     Beta(
         "context-management-2025-06-27", ("context_management",), f"{DOCS}context-editing",
-        _both(AWS_MESSAGES, f"{GOOGLE}; {CC_VERTEX}"),
+        _on(AWS_MESSAGES, f"{GOOGLE}; {CC_VERTEX}", _BOTH_CC_FOUNDRY),
     ),
     Beta(
         "effort-2025-11-24", ("output_config.effort",), f"{DOCS}effort",
-        _both(LITELLM, CC_VERTEX),
+        _on(LITELLM, CC_VERTEX, _BOTH_CC_FOUNDRY),
     ),
-    Beta("tool-search-tool-2025-10-19", accepted=_both(f"{LITELLM}; {CC_BEDROCK}", f"{LITELLM}; {CC_VERTEX}")),
-    Beta("web-search-2025-03-05", accepted={"vertex": f"{LITELLM}; {CC_VERTEX}"}),
+    Beta(
+        "tool-search-tool-2025-10-19",
+        accepted=_on(f"{LITELLM}; {CC_BEDROCK}", f"{LITELLM}; {CC_VERTEX}"),
+    ),
+    Beta("advanced-tool-use-2025-11-20", accepted=_on(foundry=_BOTH_CC_FOUNDRY)),
+    Beta(
+        "web-search-2025-03-05",
+        accepted=_on(vertex=f"{LITELLM}; {CC_VERTEX}", foundry=_BOTH_CC_FOUNDRY),
+    ),
+    Beta("prompt-caching-scope-2026-01-05", accepted=_on(foundry=_BOTH_CC_FOUNDRY)),
+    Beta("mid-conversation-system-2026-04-07", accepted=_on(foundry=CC_FOUNDRY)),
     Beta(
         "structured-outputs-2025-12-15", ("output_config.format",), CC_FIELDS,
-        {"vertex": CC_VERTEX},
+        _on(vertex=CC_VERTEX),
     ),
-    Beta("afk-mode-2026-01-31", accepted={"vertex": CC_VERTEX}),
-    Beta("fallback-credit-2026-06-01", accepted={"vertex": CC_VERTEX}),
+    Beta("afk-mode-2026-01-31", accepted=_on(vertex=CC_VERTEX)),
+    Beta("fallback-credit-2026-06-01", accepted=_on(vertex=CC_VERTEX, foundry=CC_FOUNDRY)),
     Beta(
         "compact-2026-01-12",
         ("context_management.edits[type=compact_20260112]", "messages[].content[type=compaction]"),
-        f"{DOCS}compaction", _both(AWS_COMPACTION, LITELLM),
+        f"{DOCS}compaction", _on(AWS_COMPACTION, LITELLM),
     ),
     Beta(
         "compact-2026-09-04", ("compaction", "messages[].content[type=compaction]"),
-        f"{DOCS}compaction (on-demand)", {"vertex": LITELLM},
+        f"{DOCS}compaction (on-demand)", _on(vertex=LITELLM),
     ),
     Beta(
         "thinking-binding-controls-2026-08-01", ("thinking.block_binding",),
-        f"{DOCS}preserved-thinking", _both(AWS_BINDING, LITELLM),
+        f"{DOCS}preserved-thinking", _on(AWS_BINDING, LITELLM),
     ),
-    Beta("thinking-display-updates-2026-08-18", accepted=_both(LITELLM, LITELLM)),
-    Beta("computer-use-2024-10-22", accepted=_both(AWS_MESSAGES, GOOGLE)),
-    Beta("computer-use-2025-01-24", accepted=_both(AWS_MESSAGES, LITELLM)),
-    Beta("computer-use-2025-11-24", accepted=_both(LITELLM, LITELLM)),
-    Beta("token-efficient-tools-2025-02-19", accepted={"bedrock": AWS_MESSAGES}),
-    Beta("output-128k-2025-02-19", accepted={"bedrock": AWS_MESSAGES}),
-    Beta("fine-grained-tool-streaming-2025-05-14", accepted={"bedrock": LITELLM}),
-    Beta("tool-examples-2025-10-29", accepted={"bedrock": LITELLM}),
+    Beta("thinking-display-updates-2026-08-18", accepted=_on(LITELLM, LITELLM, LITELLM_AZURE)),
+    Beta("computer-use-2024-10-22", accepted=_on(AWS_MESSAGES, GOOGLE)),
+    Beta("computer-use-2025-01-24", accepted=_on(AWS_MESSAGES, LITELLM, LITELLM_AZURE)),
+    Beta("computer-use-2025-11-24", accepted=_on(LITELLM, LITELLM, LITELLM_AZURE)),
+    Beta("token-efficient-tools-2025-02-19", accepted=_on(AWS_MESSAGES)),
+    Beta("output-128k-2025-02-19", accepted=_on(AWS_MESSAGES)),
+    Beta("fine-grained-tool-streaming-2025-05-14", accepted=_on(LITELLM)),
+    Beta("tool-examples-2025-10-29", accepted=_on(LITELLM)),
+    Beta("code-execution-2025-08-25", accepted=_on(foundry=LITELLM_AZURE)),
+    Beta("web-fetch-2025-09-10", accepted=_on(foundry=LITELLM_AZURE)),
+    Beta("files-api-2025-04-14", accepted=_on(foundry=LITELLM_AZURE)),
+    Beta("skills-2025-10-02", accepted=_on(foundry=LITELLM_AZURE)),
+    Beta(
+        "structured-outputs-2025-11-13", ("output_format",), f"{DOCS}structured-outputs",
+        _on(foundry=LITELLM_AZURE),
+    ),
+    Beta("mcp-client-2025-04-04", ("mcp_servers",), f"{DOCS}mcp-connector", _on(foundry=LITELLM_AZURE)),
+    Beta("mcp-client-2025-11-20", ("mcp_servers",), f"{DOCS}mcp-connector", _on(foundry=LITELLM_AZURE)),
     # accepted on no platform: dropped there together with their fields
-    Beta("structured-outputs-2025-11-13", ("output_format",), f"{DOCS}structured-outputs"),
-    Beta("mcp-client-2025-04-04", ("mcp_servers",), f"{DOCS}mcp-connector"),
-    Beta("mcp-client-2025-11-20", ("mcp_servers",), f"{DOCS}mcp-connector"),
     Beta("fast-mode-2026-02-01", ("speed",), f"{DOCS}fast-mode"),
     Beta("task-budgets-2026-03-13", ("output_config.task_budget",), CC_FIELDS),
     Beta("cache-diagnosis-2026-04-07", ("diagnostics",), CC_FIELDS),

@@ -22,8 +22,8 @@ below are the proxy's own, each with its HTTP status and Anthropic ``error.type`
     │                                                      is sent upstream (``retry-after``)
     ├── UpstreamUnavailable     502 api_error               upstream refused / unreachable / reset
     │                                                      before response headers; no usable AWS /
-    │                                                      Google credentials for a Bedrock / Vertex
-    │                                                      upstream
+    │                                                      Google / Azure credentials for a Bedrock /
+    │                                                      Vertex / Foundry upstream
     ├── UpstreamTimeout         504 timeout_error           upstream connect or read timeout
     └── Overloaded              529 overloaded_error        proxy draining or at its concurrency
                                                            limit (sent with ``retry-after``)

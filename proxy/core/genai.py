@@ -19,8 +19,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 PROVIDER = "anthropic"
-# ``gen_ai.provider.name``'s well-known value for each upstream platform the proxy calls
-PROVIDERS = {"anthropic": PROVIDER, "bedrock": "aws.bedrock", "vertex": "gcp.vertex_ai"}
+# ``gen_ai.provider.name``'s well-known value for each upstream platform the proxy calls (Microsoft
+# Foundry's models are the conventions' ``azure.ai.inference``)
+PROVIDERS = {
+    "anthropic": PROVIDER,
+    "bedrock": "aws.bedrock",
+    "vertex": "gcp.vertex_ai",
+    "foundry": "azure.ai.inference",
+}
 
 OPERATION = "gen_ai.operation.name"
 PROVIDER_NAME = "gen_ai.provider.name"

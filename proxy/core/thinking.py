@@ -237,8 +237,8 @@ Action = Literal["none", "asked-to-drop", "dropped", "deferred", "forwarded"]
 class Decision:
     """What to do with a request's thinking blocks on a binding model. ``action``: ``none``
     (nothing stale), ``asked-to-drop`` (the beta and ``drop_block`` added: the provider drops
-    ``count`` stale blocks), ``dropped`` (thinking is off: the proxy removed ``count`` stale
-    blocks itself), ``deferred`` (the client chose ``error``: forward its own prefix),
+    ``count`` stale blocks), ``dropped`` (thinking is off, or the platform does not take the
+    beta: the proxy removed ``count`` stale blocks itself), ``deferred`` (the client chose ``error``: forward its own prefix),
     ``forwarded`` (the client already chose ``drop_block``: as sent)."""
 
     action: Action
@@ -252,12 +252,18 @@ def decide(
     blocks: Sequence[Block],
     records: BindingRecords,
     client: Mapping[int, int],
+    can_ask: bool = True,
 ) -> Decision:
-    """The decision for a forwarded request (``forwarded``'s messages) of a binding model."""
+    """The decision for a forwarded request (``forwarded``'s messages) of a binding model;
+    ``can_ask``: the upstream platform takes the binding beta (a platform that does not, such
+    as Foundry, loses it and its ``block_binding`` on the way: the proxy drops the stale blocks
+    itself, whether it or the client would have asked the provider to)."""
     stale = stale_blocks(forwarded, blocks, records, client)
     if not stale:
         return Decision("none", 0)
     behavior = client_behavior(body)
+    if not can_ask and behavior != "error":
+        return Decision("dropped", len(stale), tuple(stale))
     if behavior == "drop_block":
         return Decision("forwarded", len(stale), tuple(stale))
     if behavior == "error":

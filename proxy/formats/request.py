@@ -99,11 +99,17 @@ def stream_of(raw: msgspec.Raw | None) -> bool:
 
 
 def rebuild(
-    found: Mapping[str, msgspec.Raw], model: str, *, stream: bool | None, drop: Iterable[str] = ()
+    found: Mapping[str, msgspec.Raw],
+    model: str,
+    *,
+    stream: bool | None,
+    drop: Iterable[str] = (),
+    platform: bool = True,
 ) -> bytes:
     """The Messages body: ``model`` first, the client's members as sent (minus the platform
-    fields, ``model``, ``stream`` and ``drop``), ``stream`` last when given."""
-    left_out = PLATFORM_FIELDS | {"model", "stream", *drop}
+    fields, ``model``, ``stream`` and ``drop``), ``stream`` last when given. ``platform=False``
+    (a Messages body already, only its model renamed): every other member as sent, in place."""
+    left_out = (PLATFORM_FIELDS | {"model", "stream", *drop}) if platform else {"model", *drop}
     parts = [b'{"model":' + orjson.dumps(model)]
     for name, value in found.items():
         if name not in left_out:

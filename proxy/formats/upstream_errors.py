@@ -1,11 +1,15 @@
-"""Bedrock's and Vertex's error answers as Anthropic errors, keeping the upstream's wording.
+"""Bedrock's, Vertex's and Foundry's error answers as Anthropic errors, keeping the wording.
 
 Bedrock answers ``{"message": "..."}`` (``x-amzn-ErrorType: ValidationException:...`` names the
 kind) and, inside a stream, an exception frame (``:exception-type: throttlingException``) whose
 payload is ``{"message": "..."}``. Vertex answers Google's ``{"error": {"code", "message",
 "status"}}`` (sometimes inside a one-item list), or, for errors the model service itself raised,
-an Anthropic error body already. The translation keeps the status and the message text as sent
-(clients such as Claude Code match on the wording); only the envelope changes.
+an Anthropic error body already. Foundry answers what the model service says as an Anthropic
+error, and its own gateway's refusals as Azure's ``{"error": {"code", "message"[, "type"]}}``
+(an unknown deployment: ``DeploymentNotFound``; a wrong key: ``"code": "401"``) or
+``{"statusCode", "message"}`` (a bad Entra ID token). The translation keeps the status and the
+message text as sent (clients such as Claude Code match on the wording: in Foundry mode it strips
+a feature a deployment refuses by the 400's text); only the envelope changes.
 
 Pure: bytes in, bytes out.
 """
@@ -30,6 +34,8 @@ _BY_STATUS = {
     429: "rate_limit_error",
     529: "overloaded_error",
 }
+
+_TYPES = frozenset({*_BY_STATUS.values(), "api_error"})
 
 # Bedrock's exception names (lower-cased, "Exception" off) → the Anthropic error type.
 _BEDROCK_KINDS = {
@@ -139,3 +145,24 @@ def vertex_error(status: int, body: bytes, request_id: str) -> bytes:
     if message is None:
         message = _text(body) or f"upstream answered {status}"
     return error_body(type_for_status(status), message, request_id)
+
+
+def foundry_error(status: int, body: bytes, request_id: str) -> bytes:
+    """A Foundry error answer as an Anthropic error body (the message as Foundry wrote it)."""
+    already = anthropic_error_of(body)
+    if already is not None:
+        return error_body(already[0], already[1], request_id)
+    data = _loads(body)
+    kind = type_for_status(status)
+    message = None
+    if isinstance(data, Mapping):
+        error = data.get("error")
+        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
+            message = error["message"]
+            if error.get("type") in _TYPES:
+                kind = error["type"]
+        elif isinstance(data.get("message"), str):  # {"statusCode": 401, "message": ...}
+            message = data["message"]
+    if message is None:
+        message = _text(body) or f"upstream answered {status}"
+    return error_body(kind, message, request_id)

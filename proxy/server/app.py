@@ -183,7 +183,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 
 def _platform_of(request: web.Request) -> UpstreamPlatform | None:
-    """The request's tenant's Bedrock / Vertex upstream; ``None`` for the Anthropic API."""
+    """The request's tenant's Bedrock, Vertex or Foundry upstream; ``None`` for the Anthropic API."""
     tenant = request.get(REQUEST_TENANT)
     if tenant is None or tenant.upstream.format == "anthropic":
         return None
@@ -346,7 +346,7 @@ def build_app(config: Config) -> web.Application:
     app.router.add_get("/metrics", handle_metrics, name="metrics")
     app.router.add_post("/v1/messages", handle_messages, name="messages")
     app.router.add_post("/v1/messages/count_tokens", handle_messages, name="count_tokens")
-    # Bedrock and Vertex clients (before the passthrough), by the platforms' own model table
+    # Bedrock, Vertex and Foundry clients (before the passthrough), by the platforms' own model table
     add_format_routes(app, app[CATALOGUE])
     app.router.add_route("*", "/v1/{tail:.*}", handle_passthrough, name="passthrough")
     add_admin_routes(app)

@@ -48,7 +48,7 @@ CATALOGUE = web.AppKey("catalogue", Catalogue)
 METRICS = web.AppKey("metrics", Metrics)
 STATE = web.AppKey("state", ProxyState)
 FORWARDER = web.AppKey("forwarder", Forwarder)
-# The tenants' Bedrock / Vertex upstreams (proxy.server.upstream.platforms).
+# The tenants' Bedrock, Vertex and Foundry upstreams (proxy.server.upstream.platforms).
 PLATFORMS = web.AppKey("platforms", Platforms)
 COMPACTION = web.AppKey("compaction", CompactionService)
 THINKING = web.AppKey("thinking", ThinkingGuard)

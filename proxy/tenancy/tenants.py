@@ -11,8 +11,8 @@ server swaps its one reference, so a request keeps the value it started with.
   with exactly one policy file, that file describes it (for admin tokens, source roots, compaction
   overrides). Two or more files are an error. ``Config.admin_token_hashes`` (the environment's
   admin token, ``proxy.config.environment.admin_tokens_from_env``) are added to its admin tokens.
-* ``keys``: clients send a proxy-issued key (``x-api-key``, else ``Authorization: Bearer``); its
-  SHA-256 is compared, in constant time, with every stored hash of every tenant. No match is
+* ``keys``: clients send a proxy-issued key (``x-api-key``, else ``api-key``: Microsoft Foundry's
+  key header, else ``Authorization: Bearer``); its SHA-256 is compared, in constant time, with every stored hash of every tenant. No match is
   ``None`` here and a 401 ``authentication_error`` at the edge.
 
 Secrets: proxy-issued keys and admin tokens are stored only as SHA-256 digests. A tenant's provider
@@ -141,7 +141,8 @@ class Tenancy:
     def authenticate(self, headers: Mapping[str, str]) -> Tenant | None:
         """The tenant whose proxy-issued key the client sent; ``None``: unknown or no key (401).
 
-        The key is taken from ``x-api-key``, else ``Authorization: Bearer``. Its SHA-256 is
+        The key is taken from ``x-api-key``, else ``api-key`` (Foundry's), else ``Authorization:
+        Bearer``. Its SHA-256 is
         compared with every stored hash (no early exit), so the time taken does not depend on
         which key matched, or on how much of a hash matched. Passthrough: the default tenant.
         """
@@ -163,22 +164,24 @@ class Tenancy:
     ) -> dict[str, str | None]:
         """Auth headers to set on the upstream request (``None``: remove the header).
 
-        * provider ``env``: the tenant's provider key as ``x-api-key``, ``authorization`` removed;
+        * provider ``env``: the tenant's provider key as ``x-api-key``, ``authorization`` and
+          ``api-key`` removed;
         * provider ``passthrough`` in auth mode ``passthrough``: ``{}``, the client's headers go
           upstream untouched;
         * provider ``passthrough`` in auth mode ``keys``: the header that carried the
           proxy-issued key is removed (that key is ours, never the provider's); the client's
           other credential header (``authorization`` when the proxy key came in ``x-api-key``)
-          goes upstream untouched.
+          goes upstream untouched; ``api-key`` never does (Foundry clients send the proxy key in
+          both ``x-api-key`` and ``api-key``; no provider takes it).
         """
         if tenant.provider.mode == "env":
             if tenant.provider.api_key is None:  # load_tenancy never builds this
                 raise ValueError("an env provider without a key")
-            return {"x-api-key": tenant.provider.api_key, "authorization": None}
+            return {"x-api-key": tenant.provider.api_key, "authorization": None, "api-key": None}
         if self.mode == "passthrough":
             return {}
         presented = _presented_key(client_headers)
-        return {} if presented is None else {presented[1]: None}
+        return {"api-key": None} if presented is None else {presented[1]: None, "api-key": None}
 
     def by_name(self, name: str) -> Tenant | None:
         return next((t for t in self.tenants if t.name == name), None)
@@ -196,9 +199,10 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
 
 def _presented_key(headers: Mapping[str, str]) -> tuple[str, str] | None:
     """(the proxy-issued key, the header it came in), or None when the client sent none."""
-    key = _header(headers, "x-api-key")
-    if key:
-        return key, "x-api-key"
+    for name in ("x-api-key", "api-key"):
+        key = _header(headers, name)
+        if key:
+            return key, name
     authorization = _header(headers, "authorization")
     if authorization:
         scheme, _, token = authorization.strip().partition(" ")
@@ -334,7 +338,7 @@ class PolicyFile:
         default=(),
         metadata=doc(
             "The SHA-256 (64 hex digits) of each proxy-issued key this tenant's clients send"
-            " (`x-api-key`, else `Authorization: Bearer`); `keys` mode only. Every hash appears once"
+            " (`x-api-key`, else `api-key`, else `Authorization: Bearer`); `keys` mode only. Every hash appears once"
             " across all files."
         ),
     )

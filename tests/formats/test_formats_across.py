@@ -1,13 +1,16 @@
 """The client formats and the upstream platforms together, and with the tenant's limits.
 
 Any client format to any upstream: a Bedrock client (the official ``AnthropicBedrock`` SDK, and
-botocore's event-stream parser where the bytes matter) and a Vertex client (``AnthropicVertex``)
-through the proxy to a Bedrock Runtime upstream (tests/platform_fakes.py: SigV4 checked,
+botocore's event-stream parser where the bytes matter), a Vertex client (``AnthropicVertex``) and
+a Foundry client (``AnthropicFoundry``) through the proxy to a Bedrock Runtime upstream (tests/platform_fakes.py: SigV4 checked,
 event-stream answers) -- the answer decoded from Bedrock's frames into the internal SSE and
 encoded back into the client's frames, a broken upstream frame ending as an exception frame, never
 a hang. And a Bedrock client over its tenant's request limit gets Bedrock's ``ThrottlingException``
 with ``retry-after``; a request the proxy itself refuses after admission gives its output
-reservation back (the ticket the internal request admitted reaches the client's request).
+reservation back (the ticket the internal request admitted reaches the client's request). And
+every client format (Anthropic, Bedrock, Vertex, Foundry) to a Microsoft Foundry upstream
+(tests/foundry_fake.py: its key checked, its deployments), the same Messages body arriving each
+time, the answer in each client's format.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import anthropic
 import httpx2 as httpx
 import orjson
 import pytest
-from anthropic import AnthropicBedrock, AnthropicVertex
+from anthropic import AnthropicBedrock, AnthropicFoundry, AnthropicVertex
 
 from proxy.server.app import API_PATHS
 from proxy.server.appkeys import STORE
@@ -27,6 +30,7 @@ from proxy.server.http.tracing import TRACED_PATHS
 from proxy.server.quota import QUOTA
 from tests.conftest import ProxyFactory
 from tests.formats.test_client_formats import _botocore_events
+from tests.foundry_fake import FOUNDRY_KEY, FakeFoundry
 from tests.harness import LoopThread, ProxyServer
 from tests.otlp_receiver import OtlpReceiver
 from tests.platform_fakes import TEST_ACCESS_KEY, Broken, FakeBedrock
@@ -180,6 +184,40 @@ def test_a_traced_bedrock_call_is_a_genai_span_of_aws_bedrock(
         assert call.trace_id == server.trace_id and call.parent_id
     finally:
         loop_thread.run(receiver.stop())
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_every_client_format_reaches_a_foundry_upstream(
+    foundry: FakeFoundry, make_proxy: ProxyFactory, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    monkeypatch.setenv("ACROSS_FOUNDRY_KEY", FOUNDRY_KEY)
+    foundry.deployments = frozenset({"claude-sonnet-4-5"})
+    proxy = make_proxy(upstream={"format": "foundry", "endpoint_url": foundry.endpoint,
+                                 "api_key_env": "ACROSS_FOUNDRY_KEY"})  # fmt: skip
+    expected = "Hello from fake Foundry (claude-sonnet-4-5)."
+    clients: list[tuple[Any, str]] = [
+        (anthropic.Anthropic(base_url=proxy.url, api_key=KEY, max_retries=0), "claude-sonnet-4-5-20250929"),
+        (_bedrock_client(proxy), PROFILE),
+        (AnthropicVertex(base_url=proxy.url, access_token=KEY, project_id="p", region="us-east5",
+                         max_retries=0), "claude-sonnet-4-5@20250929"),
+        (AnthropicFoundry(base_url=proxy.url + "/anthropic", api_key=KEY, max_retries=0), "claude-sonnet-4-5"),
+    ]  # fmt: skip
+    for client, model in clients:
+        with client:
+            if stream:
+                with client.messages.stream(model=model, max_tokens=50, messages=MESSAGES) as s:
+                    assert s.get_final_text() == expected
+            else:
+                answer = client.messages.create(model=model, max_tokens=50, messages=MESSAGES)
+                assert answer.content[0].text == expected
+    assert len(foundry.seen) == 4
+    for seen in foundry.seen:  # one Messages body, whoever sent it; Foundry's key, never the client's
+        assert seen.path == "/anthropic/v1/messages"
+        assert {k: v for k, v in seen.body.items() if k != "stream"} == {
+            "model": "claude-sonnet-4-5", "max_tokens": 50, "messages": MESSAGES
+        }
+        assert seen.body.get("stream", False) is stream
+        assert seen.headers["x-api-key"] == FOUNDRY_KEY and KEY not in repr(seen.headers)
 
 
 def test_every_api_path_is_traced() -> None:

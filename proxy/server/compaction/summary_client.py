@@ -197,7 +197,7 @@ class SummaryClient:
             "content-type": "application/json",
             "accept": "application/json",
         }
-        platform = CURRENT.get()  # the tenant's Bedrock / Vertex upstream, if it has one
+        platform = CURRENT.get()  # the tenant's Bedrock / Vertex / Foundry upstream, if it has one
         for retries_taken in range(self.max_retries + 1):
             last = retries_taken >= self.max_retries
             try:
@@ -257,7 +257,7 @@ class SummaryClient:
         payload: bytes,
         headers: dict[str, str],
     ) -> AsyncIterator[Any]:
-        """The answer's response: from the Anthropic API, or from the tenant's Bedrock / Vertex
+        """The answer's response: from the Anthropic API, or from the tenant's platform
         upstream (its own credentials; the request's betas bridged as for the request itself)."""
         if platform is None:
             async with self._pool().post(

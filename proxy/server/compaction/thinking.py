@@ -8,8 +8,9 @@ after compaction and durable context decided what to forward:
   ``thinking-binding-controls-2026-08-01`` is added to ``anthropic-beta`` and
   ``thinking.block_binding.prefix_mismatch_behavior = "drop_block"`` to the body), so a rewrite
   of ours is never a 400 and a block that is still valid is never lost: the provider keeps it;
-* thinking is off (``thinking.type: disabled``, where no ``block_binding`` can go): the proxy
-  removes the stale blocks itself;
+* thinking is off (``thinking.type: disabled``, where no ``block_binding`` can go), or the
+  tenant's platform does not take the beta (it would be dropped with ``block_binding``: Foundry):
+  the proxy removes the stale blocks itself;
 * the client chose ``drop_block``: forwarded as decided (the provider drops them);
 * the client chose ``error``: the proxy does not cause the error. It forwards the client's own
   messages (compaction ``deferred``) with the ``system`` and ``tools`` it decided, when that
@@ -109,12 +110,13 @@ class ThinkingGuard:
         forwarded: Mapping[str, Any],
         decided: Mapping[str, Any],
         own: Sequence[int] = (),
+        can_ask: bool = True,
     ) -> Guarded:
         """The guard's answer for a request of a binding model. ``client``: the request as the
         client sent it; ``forwarded``: what compaction and durable context decided;
         ``decided``: ``forwarded`` with the client's messages (durable context only, compaction
         left out); ``own``: the marker-free hashes of the client's messages (the compaction
-        digests), when known."""
+        digests), when known; ``can_ask``: the upstream platform takes the binding beta."""
         messages = client["messages"]
         known = _own_by_identity(messages, own)
 
@@ -130,7 +132,7 @@ class ThinkingGuard:
             return Guarded(None, Decision("none", 0), fwd.end)
         mine = keys(client)
         theirs = {b.ident: mine.at(b.message, b.index) for b in thinking_blocks(messages)}
-        decision = decide(forwarded, fwd, blocks, self.records, theirs)
+        decision = decide(forwarded, fwd, blocks, self.records, theirs, can_ask)
         if decision.action in ("none", "forwarded"):
             return Guarded(None, decision, fwd.end)
         if decision.action == "asked-to-drop":

@@ -181,12 +181,12 @@ def _route(request: web.Request) -> str:
 
 # the API's paths: the Anthropic routes and the client formats' (``proxy.server.formats.routes``'s
 # FORMAT_PATHS; tests/formats/test_formats_across.py checks the two agree)
-TRACED_PATHS = ("/v1/", "/model/", "/projects/")
+TRACED_PATHS = ("/v1/", "/model/", "/projects/", "/anthropic/")
 
 
 @web.middleware
 async def tracing_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """The server span of an API request (``/v1/*``, and the Bedrock and Vertex routes); the
+    """The server span of an API request (``/v1/*``, and the Bedrock, Vertex and Foundry routes); the
     request's context gets the tracer."""
     if not request.path.startswith(TRACED_PATHS):
         return await handler(request)

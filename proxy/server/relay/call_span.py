@@ -32,11 +32,11 @@ def start_call(
 ) -> spans.Span:
     """The span of one upstream call of ``body`` (``call``: whose call: ``client`` (the client's
     own request), ``retrieval`` (a hidden round's), ``summary``; ``server_url``: where an
-    Anthropic API call goes; a tenant's Bedrock or Vertex call goes to its platform's endpoint)."""
+    Anthropic API call goes; a tenant's platform call goes to its platform's endpoint)."""
     if not spans.enabled():
         return spans.NO_SPAN
     operation = _OPERATIONS.get(route, route)
-    platform = CURRENT.get()  # the tenant's Bedrock or Vertex upstream, or None: the Anthropic API
+    platform = CURRENT.get()  # the tenant's platform, or None: the Anthropic API
     attributes: dict[str, Any] = dict(
         genai.request_attributes(operation, body, platform.format if platform else "anthropic")
     )

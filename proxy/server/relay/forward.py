@@ -179,7 +179,7 @@ class Forwarder:
         body: Mapping[str, Any] | None = None,
     ) -> UpstreamResponse:
         """Send the request upstream and return once its response headers arrived: the Anthropic
-        API's answer, or a Bedrock / Vertex one presented in its form (``proxy.server.upstream``).
+        API's answer, or a platform's one presented in its form (``proxy.server.upstream``).
         ``body``: what ``data`` holds, already parsed (a Messages call): a platform encodes it
         instead of parsing ``data`` again. The platform is the request's tenant's, as the auth
         middleware found it (``CURRENT``; ``None``: the Anthropic API at the base URL)."""

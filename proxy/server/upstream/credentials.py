@@ -1,4 +1,5 @@
-"""The proxy's own cloud credentials: AWS for Bedrock (SigV4), Google for Vertex (a bearer token).
+"""The proxy's own cloud credentials: AWS for Bedrock (SigV4), Google for Vertex (a bearer token),
+a key or a Microsoft Entra ID token for Foundry.
 
 * AWS: botocore's credential chain (environment, shared files and ``aws_profile``, SSO, web
   identity, container and instance roles, ``credential_process``), resolved once. Refreshable
@@ -9,16 +10,28 @@
   names; the token is refreshed in a thread when it is missing or within
   :data:`REFRESH_MARGIN` of its expiry, and by :meth:`GoogleToken.renew` after a 401.
 
-Neither logs nor returns a secret in an error message.
+* Foundry, a key: the environment variable ``api_key_env`` names (or the file its ``_FILE``
+  variable names: a mounted secret), read in a thread at first use and again by
+  :meth:`FoundryKey.renew` after Foundry refused it (a rotated secret file is picked up).
+* Foundry, Entra ID: azure-identity's ``DefaultAzureCredential`` chain (environment service
+  principal, workload identity, managed identity, Azure CLI...), imported only then; the token is
+  asked for in a thread when it is missing or within :data:`REFRESH_MARGIN` of its expiry, and by
+  :meth:`AzureToken.renew` after a 401 (a new chain: nothing cached is reused).
+
+None logs nor returns a secret in an error message.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
+from proxy.config.environment import FILE_SUFFIX, secret_from_env
+from proxy.config.schema import ConfigError
 from proxy.core.errors import UpstreamUnavailable
 
 REFRESH_MARGIN = datetime.timedelta(minutes=5)
@@ -181,3 +194,100 @@ def _from_file(path: str) -> Any:
             info, scopes=list(GOOGLE_SCOPES)
         )
     raise ValueError("credentials_file: expected a service_account or authorized_user file")
+
+
+class FoundryKey:
+    """A Foundry resource's API key, from the variable ``api_key_env`` names (or its file)."""
+
+    def __init__(self, variable: str) -> None:
+        self._variable = variable
+        self._key: str | None = None
+        self._lock = asyncio.Lock()
+
+    def _read(self) -> str:
+        try:
+            key = secret_from_env(self._variable, os.environ)
+        except ConfigError as exc:
+            raise UpstreamUnavailable(
+                f"the proxy's Foundry key could not be read: {'; '.join(exc.errors)}"
+            ) from None
+        if not key.strip():
+            raise UpstreamUnavailable(
+                f"the proxy has no Foundry key: neither {self._variable} nor"
+                f" {self._variable}{FILE_SUFFIX} is set (upstream.api_key_env)"
+            )
+        return key.strip()
+
+    async def key(self) -> str:
+        if self._key is None:
+            async with self._lock:
+                if self._key is None:
+                    self._key = await asyncio.to_thread(self._read)
+        return self._key
+
+    async def renew(self) -> str:
+        """Read the key again (Foundry refused the one held)."""
+        async with self._lock:
+            self._key = await asyncio.to_thread(self._read)
+            return self._key
+
+    async def close(self) -> None:
+        """Nothing held."""
+
+
+class AzureToken:
+    """A Microsoft Entra ID access token for ``scope`` from ``DefaultAzureCredential``."""
+
+    def __init__(self, scope: str) -> None:
+        self._scope = scope
+        self._credential: Any = None
+        self._token = ""
+        self._expires_on = 0.0
+        self._lock = asyncio.Lock()
+
+    def _fetch(self, fresh: bool) -> tuple[Any, str, float]:
+        """(the credential, its token, the token's expiry): a new chain when ``fresh``."""
+        from azure.core.exceptions import AzureError
+        from azure.identity import DefaultAzureCredential
+
+        credential = self._credential
+        try:
+            if credential is None or fresh:
+                credential = DefaultAzureCredential()
+            access = credential.get_token(self._scope)
+        except AzureError as exc:
+            raise UpstreamUnavailable(
+                "the proxy has no usable Microsoft Entra ID credentials for the foundry upstream"
+                f" ({type(exc).__name__}; azure-identity's DefaultAzureCredential chain)"
+            ) from None
+        return credential, str(access.token), float(access.expires_on)
+
+    def _fresh_enough(self) -> bool:
+        margin = REFRESH_MARGIN.total_seconds()
+        return bool(self._token) and self._expires_on - time.time() > margin
+
+    async def _refresh(self, fresh: bool) -> str:
+        old = self._credential
+        credential, self._token, self._expires_on = await asyncio.to_thread(self._fetch, fresh)
+        self._credential = credential
+        if old is not None and old is not credential:
+            await asyncio.to_thread(old.close)
+        return self._token
+
+    async def token(self) -> str:
+        if self._fresh_enough():
+            return self._token
+        async with self._lock:
+            if self._fresh_enough():
+                return self._token
+            return await self._refresh(fresh=False)
+
+    async def renew(self) -> str:
+        """A token from a new chain (Foundry refused the one held), whatever its expiry says."""
+        async with self._lock:
+            return await self._refresh(fresh=True)
+
+    async def close(self) -> None:
+        credential, self._credential = self._credential, None
+        if credential is not None:
+            await asyncio.to_thread(credential.close)

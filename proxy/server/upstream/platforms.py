@@ -1,6 +1,8 @@
-"""Sending a Messages call to Bedrock Runtime or Vertex AI, and answering in Anthropic form.
+"""Sending a Messages call to Bedrock Runtime, Vertex AI or Microsoft Foundry, answered in
+Anthropic form.
 
-:class:`Platforms` holds one :class:`BedrockUpstream` / :class:`VertexUpstream` per distinct
+:class:`Platforms` holds one :class:`BedrockUpstream` / :class:`VertexUpstream` /
+:class:`FoundryUpstream` per distinct
 tenant target (``upstream:`` in the config or a policy), made at first use and kept (their
 credentials and tokens are reused). The auth middleware asks it once per request, for the
 request's tenant, and sets :data:`CURRENT`, which ``Forwarder.open`` reads; the Anthropic
@@ -12,12 +14,14 @@ Each platform:
    again; a caller without one hands bytes, decoded when the client gzipped them),
 2. bridges its betas (:mod:`proxy.formats.bridging`: unsupported betas dropped with their body
    fields, reported in ``x-upstream-betas-dropped`` / ``x-upstream-fields-dropped``),
-3. encodes it for the platform (:mod:`proxy.formats.bedrock_upstream`, :mod:`proxy.formats.vertex_upstream`), with the
+3. encodes it for the platform (:mod:`proxy.formats.bedrock_upstream`,
+   :mod:`proxy.formats.vertex_upstream`, :mod:`proxy.formats.foundry_upstream`), with the
    model's spelling there (:mod:`proxy.core.catalogue`: an ARN or an id that carries a
-   geography as given, the target's ``profile_geo`` in front of a bare Bedrock id), signs it
-   (SigV4 or a bearer token),
+   geography as given, the target's ``profile_geo`` in front of a bare Bedrock id; Foundry's
+   deployment name), signs it (SigV4, a bearer token, or Foundry's key),
 4. sends it on the Forwarder's one session; a refused credential (Bedrock ``ExpiredTokenException``
-   / ``UnrecognizedClientException``, Vertex 401) is renewed once and the call sent again,
+   / ``UnrecognizedClientException``, Vertex or Foundry 401) is renewed once and the call sent
+   again,
 5. answers an :class:`~proxy.server.upstream.response.AdaptedResponse`: 200 streams as Anthropic
    SSE, errors as Anthropic error bodies with the upstream's wording (when the platform refuses
    an id the catalogue did not know and the published rule made, the error names the
@@ -46,12 +50,13 @@ from proxy.config.upstream import UpstreamTarget
 from proxy.core.catalogue import Catalogue, Resolved
 from proxy.core.errors import InvalidRequest, NotFound, error_body, new_request_id
 from proxy.formats import bedrock_upstream as bedrock
+from proxy.formats import foundry_upstream as foundry
 from proxy.formats import vertex_upstream as vertex
 from proxy.formats.bridging import Bridged, Bridging, betas_of, bridge
 from proxy.formats.eventstream import CONTENT_TYPE as EVENT_STREAM
-from proxy.formats.upstream_errors import bedrock_error, vertex_error
+from proxy.formats.upstream_errors import bedrock_error, foundry_error, vertex_error
 from proxy.server.http.metrics import Metrics
-from proxy.server.upstream.credentials import AwsCredentials, GoogleToken
+from proxy.server.upstream.credentials import AwsCredentials, AzureToken, FoundryKey, GoogleToken
 from proxy.server.upstream.response import AdaptedResponse, UpstreamResponse
 
 log = logging.getLogger("context_proxy.upstream")
@@ -64,7 +69,7 @@ _AWS_RENEW = ("expiredtoken", "unrecognizedclient")
 
 
 class UpstreamPlatform:
-    """One Bedrock or Vertex target."""
+    """One Bedrock, Vertex or Foundry target."""
 
     format = ""
 
@@ -105,18 +110,25 @@ class UpstreamPlatform:
             raw = data if isinstance(data, bytes) else b"".join([c async for c in data or _empty()])
             body = _json_of(raw, headers.get("Content-Encoding"))
         return await self.call(
-            body, headers.getall("anthropic-beta", []), count_tokens=route == "count_tokens"
+            body, headers.getall("anthropic-beta", []), count_tokens=route == "count_tokens",
+            version=headers.get("anthropic-version"),
         )
 
     async def call(
-        self, body: Mapping[str, Any], beta_values: list[str], *, count_tokens: bool = False
+        self,
+        body: Mapping[str, Any],
+        beta_values: list[str],
+        *,
+        count_tokens: bool = False,
+        version: str | None = None,
     ) -> AdaptedResponse:
-        """A Messages call (``body`` as the Anthropic API takes it), answered in Anthropic form."""
+        """A Messages call (``body`` as the Anthropic API takes it, ``version`` its
+        ``anthropic-version``), answered in Anthropic form."""
         bridged = bridge(body, betas_of(beta_values), self.bridging)
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise InvalidRequest("model: Field required")
-        answer = await self._send(bridged, model, count_tokens)
+        answer = await self._send(bridged, model, count_tokens, version)
         if (
             answer.status in (400, 404)
             and isinstance(answer.body, bytes)
@@ -129,7 +141,9 @@ class UpstreamPlatform:
             answer.headers_extra[DROPPED_FIELDS_HEADER] = ",".join(bridged.dropped_fields)
         return answer.response()
 
-    async def _send(self, bridged: Bridged, model: str, count_tokens: bool) -> _Answer:
+    async def _send(
+        self, bridged: Bridged, model: str, count_tokens: bool, version: str | None
+    ) -> _Answer:
         raise NotImplementedError
 
     def _sent_id(self, model: str) -> str:
@@ -144,8 +158,52 @@ class UpstreamPlatform:
             f" models: entry {{match: {model[:100]}, {self.format}: <its id>}}"
         )
 
+    def accepts(self, beta: str) -> bool:
+        """Whether ``beta`` reaches the platform (the bridging keeps it)."""
+        return beta in self.bridging.accepted
+
     async def close(self) -> None:
         """Release what the credentials hold (a token transport's connections)."""
+
+    async def _auth(self, renew: bool) -> dict[str, str]:
+        """The credential's headers (``renew``: after the platform refused the one held)."""
+        raise NotImplementedError
+
+    async def _anthropic_exchange(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        payload: bytes,
+        translate: Callable[[int, bytes, str], bytes],
+        refused_note: str,
+    ) -> _Answer:
+        """A call whose 200 answer is the Messages API's own (JSON or SSE, relayed as it comes):
+        Vertex and Foundry. A 401 renews the credential once and sends the call again; an error
+        answer is ``translate``d (``refused_note`` added when still refused after the renewal)."""
+        upstream = await self._post(url, {**headers, **await self._auth(renew=False)}, payload)
+        renewed = False
+        if upstream.status == 401:
+            upstream.release()
+            renewed = True
+            upstream = await self._post(url, {**headers, **await self._auth(renew=True)}, payload)
+        request_id = (
+            upstream.headers.get("request-id") or upstream.headers.get("apim-request-id")
+            or new_request_id()
+        )
+        out = {"request-id": request_id}
+        if upstream.status != 200:
+            async with upstream:
+                raw = await _read_bounded(upstream)
+            error = translate(upstream.status, raw, request_id)
+            if renewed and upstream.status == 401:
+                error = _with_note(error, refused_note)
+            if "retry-after" in upstream.headers:
+                out["retry-after"] = upstream.headers["retry-after"]
+            return _Answer(upstream.status, {**out, "Content-Type": "application/json"}, error)
+        content_type = upstream.headers.get("Content-Type", "application/json")
+        return _Answer(
+            200, {**out, "Content-Type": content_type}, upstream.content.iter_any(), upstream.release
+        )
 
     def other_route(self, request: web.Request) -> AdaptedResponse:
         """``GET /v1/models[/{id}]`` from the catalogue; any other route is not served."""
@@ -212,7 +270,9 @@ class BedrockUpstream(UpstreamPlatform):
     def _sent_id(self, model: str) -> str:
         return self.catalogue.bedrock(model, self.target.geography())
 
-    async def _send(self, bridged: Bridged, model: str, count_tokens: bool) -> _Answer:
+    async def _send(
+        self, bridged: Bridged, model: str, count_tokens: bool, version: str | None
+    ) -> _Answer:
         stream = bridged.body.get("stream") is True and not count_tokens
         if count_tokens:  # a foundation model id: count-tokens takes no inference profile
             path = bedrock.count_tokens_path(self.catalogue.bedrock_foundation(model))
@@ -296,7 +356,9 @@ class VertexUpstream(UpstreamPlatform):
     async def close(self) -> None:
         await self.tokens.close()
 
-    async def _send(self, bridged: Bridged, model: str, count_tokens: bool) -> _Answer:
+    async def _send(
+        self, bridged: Bridged, model: str, count_tokens: bool, version: str | None
+    ) -> _Answer:
         target = self.target
         model_name = self._sent_id(model)
         if count_tokens:
@@ -309,33 +371,62 @@ class VertexUpstream(UpstreamPlatform):
                 stream=bridged.body.get("stream") is True,
             )
             body = vertex.predict_body(bridged.body)
-        payload = orjson.dumps(body)
-        url = self.endpoint + path
         headers = {"Content-Type": "application/json"}
         if bridged.betas:
             headers["anthropic-beta"] = ",".join(bridged.betas)
-        token = await self.tokens.token()
-        upstream = await self._post(url, {**headers, "Authorization": f"Bearer {token}"}, payload)
-        renewed = False
-        if upstream.status == 401:
-            upstream.release()
-            token = await self.tokens.renew()
-            renewed = True
-            upstream = await self._post(url, {**headers, "Authorization": f"Bearer {token}"}, payload)
-        request_id = upstream.headers.get("request-id") or new_request_id()
-        out = {"request-id": request_id}
-        if upstream.status != 200:
-            async with upstream:
-                raw = await _read_bounded(upstream)
-            error = vertex_error(upstream.status, raw, request_id)
-            if renewed and upstream.status == 401:
-                error = _with_note(error, "the proxy renewed its Google token once; still refused")
-            if "retry-after" in upstream.headers:
-                out["retry-after"] = upstream.headers["retry-after"]
-            return _Answer(upstream.status, {**out, "Content-Type": "application/json"}, error)
-        content_type = upstream.headers.get("Content-Type", "application/json")
-        return _Answer(
-            200, {**out, "Content-Type": content_type}, upstream.content.iter_any(), upstream.release
+        return await self._anthropic_exchange(
+            self.endpoint + path, headers, orjson.dumps(body), vertex_error,
+            "the proxy renewed its Google token once; still refused",
+        )
+
+    async def _auth(self, renew: bool) -> dict[str, str]:
+        token = await (self.tokens.renew() if renew else self.tokens.token())
+        return {"Authorization": f"Bearer {token}"}
+
+
+class FoundryUpstream(UpstreamPlatform):
+    """Microsoft Foundry: the Messages API under the resource, the model its deployment name;
+    the resource's key, or a Microsoft Entra ID token."""
+
+    format = "foundry"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        target = self.target
+        self.endpoint = (target.endpoint_url or foundry.default_endpoint(target.resource)).rstrip("/")
+        self.credential: FoundryKey | AzureToken = (
+            FoundryKey(target.api_key_env) if target.api_key_env else AzureToken(target.entra_scope)
+        )
+
+    def _sent_id(self, model: str) -> str:
+        return self.catalogue.foundry(model)
+
+    async def close(self) -> None:
+        await self.credential.close()
+
+    async def _auth(self, renew: bool) -> dict[str, str]:
+        credential = self.credential
+        if isinstance(credential, FoundryKey):
+            return foundry.key_headers(await (credential.renew() if renew else credential.key()))
+        return foundry.bearer_headers(await (credential.renew() if renew else credential.token()))
+
+    async def _send(
+        self, bridged: Bridged, model: str, count_tokens: bool, version: str | None
+    ) -> _Answer:
+        path = foundry.COUNT_TOKENS_PATH if count_tokens else foundry.MESSAGES_PATH
+        payload = orjson.dumps(foundry.messages_body(bridged.body, self._sent_id(model)))
+        url = self.endpoint + path
+        headers = {
+            "Content-Type": "application/json",
+            "anthropic-version": version or foundry.ANTHROPIC_VERSION,
+        }
+        if bridged.betas:
+            headers["anthropic-beta"] = ",".join(bridged.betas)
+        what = "read its Foundry key again" if isinstance(self.credential, FoundryKey) else (
+            "renewed its Microsoft Entra ID token"
+        )
+        return await self._anthropic_exchange(
+            url, headers, payload, foundry_error, f"the proxy {what} once; still refused"
         )
 
 
@@ -369,9 +460,13 @@ class Platforms:
             return None
         made = self._made.get(target)
         if made is None:
-            kind = BedrockUpstream if target.format == "bedrock" else VertexUpstream
-            made = self._made[target] = kind(target, *self._args)
+            made = self._made[target] = _KINDS[target.format](target, *self._args)
         return made
+
+
+_KINDS: dict[str, type[UpstreamPlatform]] = {
+    kind.format: kind for kind in (BedrockUpstream, VertexUpstream, FoundryUpstream)
+}
 
 
 async def _empty() -> AsyncIterator[bytes]:

@@ -11,6 +11,7 @@ from proxy.server.compaction.service import CompactionService
 from proxy.server.compaction.thinking import THINKING_HEADER, ThinkingGuard, with_beta
 from proxy.server.exchange.exchange import Exchange
 from proxy.server.exchange.stage import Stage
+from proxy.server.upstream.platforms import CURRENT
 
 
 class GuardThinking(Stage):
@@ -37,7 +38,9 @@ class GuardThinking(Stage):
         forwarded = prepared.forwarded if prepared.forwarded is not None else decided
         digests = prepared.result.digests if prepared.result is not None else None
         own = digests.own if digests is not None and digests.hashed else ()
-        guarded = self.guard.check(ex.parsed.body, forwarded, decided, own)
+        platform = CURRENT.get()  # None: the Anthropic API, which takes the binding beta
+        can_ask = platform is None or platform.accepts(BINDING_BETA)
+        guarded = self.guard.check(ex.parsed.body, forwarded, decided, own, can_ask)
         ex.learn_from = guarded.end
         ex.wants_answer = True
         ex.headers[THINKING_HEADER] = guarded.header
