@@ -32,7 +32,7 @@ import orjson
 import pytest
 import yaml
 
-from proxy.config.settings import ModelConfig
+from proxy.config.model_entries import ModelConfig
 from proxy.core.thinking import BINDING_BETA
 from proxy.server.ledger import LEDGER
 from tests.harness import LoopThread, ProxyServer, proxy_config

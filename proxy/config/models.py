@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from proxy.config.settings import Config, ModelConfig, ModelIdConfig, ModelPriceConfig, PriceConfig
+from proxy.config.model_entries import ModelConfig, ModelIdConfig, ModelPriceConfig, PriceConfig
+from proxy.config.settings import Config
 from proxy.core.catalogue import Catalogue, Entry, make_entry
 from proxy.core.model_row import Price
 

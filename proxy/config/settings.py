@@ -6,8 +6,9 @@ environment (which file, the admin token, the store's password) is :mod:`proxy.c
 the standard ``OTEL_*`` variables are the base of ``tracing:`` (:func:`tracing_from_env`); tenant
 policies read the variables they name in :func:`proxy.tenancy.tenants.load_tenancy`. How a file is
 read and a section built and checked is :mod:`proxy.config.schema`; the sections are here, but
-``upstream:`` (:mod:`proxy.config.upstream`), ``retention:`` (:mod:`proxy.config.retention`) and
-``tracing:`` (:mod:`proxy.config.tracing`).
+``upstream:`` (:mod:`proxy.config.upstream`), ``limits:`` (:mod:`proxy.config.limits`),
+``models:`` and its older keys (:mod:`proxy.config.model_entries`), ``retention:``
+(:mod:`proxy.config.retention`) and ``tracing:`` (:mod:`proxy.config.tracing`).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from proxy.config.environment import url_with_password
+from proxy.config.limits import LimitsConfig
+from proxy.config.model_entries import ModelConfig, ModelIdConfig, PriceConfig
 from proxy.config.retention import RetentionConfig
 from proxy.config.schema import (
     ConfigError,
     build_section,
     check,
     doc,
-    non_negative,
     one_of,
     or_empty,
     port_number,
@@ -90,142 +92,6 @@ class ListenConfig:
             )
         return out
 
-
-
-def _cache_bound(value: int) -> str | None:
-    return None if value >= 0 else "a number >= 0 (0 keeps nothing)"
-
-
-@dataclass(frozen=True, slots=True)
-class LimitsConfig:
-    max_body_bytes: int = field(
-        default=32 * 1024 * 1024,
-        metadata=check(
-            positive,
-            doc="Larger request bodies get 413 `request_too_large`, without contacting the upstream"
-            " (32 MiB: the provider's own limit).",
-        ),
-    )
-    max_concurrent_requests: int = field(
-        default=4096,
-        metadata=check(positive, doc="Requests handled at once; beyond it 529 `overloaded_error` with `retry-after`."),
-    )
-    header_timeout: float = field(
-        default=10.0,
-        metadata=check(
-            positive,
-            doc="Seconds to receive a complete request head, from a new connection's start or a"
-            " kept-alive one's first byte; then 408 (if part of a head came) and the connection closes.",
-        ),
-    )
-    body_timeout: float = field(
-        default=30.0,
-        metadata=check(
-            positive,
-            doc="Longest silence while reading a request body (not counted while the proxy itself is"
-            " not reading); then the connection closes and the request is abandoned (nothing left upstream).",
-        ),
-    )
-    idle_timeout: float = field(
-        default=75.0,
-        metadata=check(positive, doc="Keep-alive: an idle connection between requests closes after this many seconds."),
-    )
-    max_connections: int = field(
-        default=10_000,
-        metadata=check(
-            positive,
-            doc="Open client connections; one more closes the oldest connection with no request in"
-            " progress (idle or still sending its head), or the new one when every connection is busy:"
-            " a request in progress is never cut for room. Capped by the open-files limit, whose soft"
-            " value is raised to the hard one at start.",
-        ),
-    )
-    # The bounded caches (`proxy/core/bounded.py`): what the proxy keeps per session, conversation,
-    # tenant or key, each bounded (least recently used out first), so that a replica that is never
-    # restarted holds at most their sum whatever number of sessions passes through. A miss only
-    # costs work, never another answer (docs/operations/memory.md).
-    body_memo_bytes: int = field(
-        default=16 * 1024 * 1024,
-        metadata=check(
-            _cache_bound,
-            doc="The body memo (`proxy/core/reparse.py`): the latest body of each conversation (per"
-            " tenant and credential) kept parsed, so the next turn parses only its new bytes. Bytes of"
-            " body text kept; with its parsed objects it takes ~3.3x that in memory. A miss: the whole"
-            " body parsed, validated and hashed again. `0` turns it off.",
-        ),
-    )
-    token_memo_blocks: int = field(
-        default=50_000,
-        metadata=check(
-            _cache_bound,
-            doc="Token counts of content blocks, by content hash (~180 bytes each). A miss: the block"
-            " is tokenised again. `0` turns it off.",
-        ),
-    )
-    token_memo_messages: int = field(
-        default=50_000,
-        metadata=check(
-            _cache_bound,
-            doc="Token counts of whole messages, by their marker-free hash (~180 bytes each). A miss:"
-            " the message is counted block by block (through the block memo). `0` turns it off.",
-        ),
-    )
-    thinking_records: int = field(
-        default=20_000,
-        metadata=check(
-            _cache_bound,
-            doc="What each thinking block an answer brought was made under, on models that bind"
-            " thinking to its prefix (~240 bytes each). A miss: the block is judged as one made"
-            " elsewhere: stale when the proxy changed what precedes it, so it is dropped (or the"
-            " provider asked to drop it) though it may have been valid. `0` keeps none.",
-        ),
-    )
-    plan_cache_bytes: int = field(
-        default=8 * 1024 * 1024,
-        metadata=check(
-            _cache_bound,
-            doc="Compaction plans kept in memory, as bytes of their JSON (their objects take ~3.8x"
-            " that; `compaction.max_plans` bounds their number too; the conversation served last keeps"
-            " its plans whatever their size). A miss: the conversation's plans are read from the store"
-            " again before its next turn.",
-        ),
-    )
-    durable_states: int = field(
-        default=512,
-        metadata=check(
-            _cache_bound,
-            doc="Sessions whose folded durable state the store keeps (~2.5 KB for a state of a few"
-            " items). A miss: the session's whole durable history is read and folded again, instead of"
-            " the rows after the cached one.",
-        ),
-    )
-    transcript_exports: int = field(
-        default=4096,
-        metadata=check(
-            _cache_bound,
-            doc="Transcript files (a session's, or one agent's) whose length the JSONL export"
-            " remembers as it left them (~680 bytes each). A miss: the export reads the file's last"
-            " line back from the store and counts the file's lines before appending.",
-        ),
-    )
-    source_checks: int = field(
-        default=1024,
-        metadata=check(
-            _cache_bound,
-            doc="Verified source pointers: a local artifact's or transcript's digest and excerpt, by"
-            " the file's identity, and an object-store artifact's, by its ETag (up to ~4 KB each). A"
-            " miss: the file (or object) is read and hashed again.",
-        ),
-    )
-    calibration_keys: int = field(
-        default=1024,
-        metadata=check(
-            _cache_bound,
-            doc="Tenant and model pairs whose real/estimate token ratio the process keeps (~720 bytes"
-            " each). A miss: the figure is read from the store again (the default ratio when it has"
-            " none).",
-        ),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,110 +258,6 @@ class CompactionConfig:
     )
 
 
-def _tokens_or_unset(value: int) -> str | None:
-    return None if value >= 0 else "a positive number of tokens, or 0 (the catalogue's figure)"
-
-
-def _price_or_standard(value: float) -> str | None:
-    return None if value >= 0 or value == -1 else "a number >= 0 (or -1: the standard multiplier)"
-
-
-@dataclass(frozen=True, slots=True)
-class ModelPriceConfig:
-    """A model's price, USD per million tokens; a cache price left at -1 is the provider's usual
-    multiple of ``input``."""
-
-    input: float = field(default=0.0, metadata=check(non_negative, doc="USD per million input tokens."))
-    output: float = field(default=0.0, metadata=check(non_negative, doc="USD per million output tokens."))
-    cache_write_5m: float = field(
-        default=-1.0,
-        metadata=check(_price_or_standard, doc="USD per million 5-minute cache-write tokens; -1 = 1.25 x `input`."),
-    )
-    cache_write_1h: float = field(
-        default=-1.0,
-        metadata=check(_price_or_standard, doc="USD per million 1-hour cache-write tokens; -1 = 2 x `input`."),
-    )
-    cache_read: float = field(
-        default=-1.0,
-        metadata=check(_price_or_standard, doc="USD per million cache-read tokens; -1 = 0.1 x `input`."),
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ModelConfig:
-    """One ``models:`` entry (:mod:`proxy.core.catalogue`): tried in order before the built-in
-    catalogue, value by value; a value left out is the catalogue's."""
-
-    match: str = field(
-        default="",
-        metadata=check(
-            lambda v: None if v.strip() else "a model id or a non-empty glob on the model name",
-            doc="A model id (`claude-opus-4-8`: that model, by any of its spellings), or a glob on the"
-            " model name (`claude-opus-*`, fnmatch: windows, prices and thinking binding only; required).",
-        ),
-    )
-    aliases: tuple[str, ...] = field(
-        default=(), metadata=doc("Other names clients use for this model (an id entry only).")
-    )
-    bedrock: str = field(
-        default="",
-        metadata=doc(
-            "The model's Bedrock id: a base id (`anthropic.claude-opus-4-8`; `upstream.profile_geo` puts"
-            " a geography in front), a cross-region profile (`eu.anthropic...`) or an ARN (both sent as"
-            ' given); `""` = the catalogue\'s, else the published rule.'
-        ),
-    )
-    vertex: str = field(
-        default="",
-        metadata=doc('The model\'s Vertex AI name; `""` = the catalogue\'s, else the published rule.'),
-    )
-    foundry: str = field(
-        default="",
-        metadata=doc('The model\'s Microsoft Foundry deployment name; `""` = the catalogue\'s, else the model id.'),
-    )
-    context_window: int = field(
-        default=0,
-        metadata=check(_tokens_or_unset, doc="The context window in tokens (0 = the catalogue's, else 200,000)."),
-    )
-    context_window_1m: int = field(
-        default=0,
-        metadata=check(
-            _tokens_or_unset,
-            doc="The window when the request carries the `context-1m-2025-08-07` beta (0 = the"
-            " catalogue's; an entry that sets either window sets both).",
-        ),
-    )
-    max_output: int = field(
-        default=0,
-        metadata=check(_tokens_or_unset, doc="The most output tokens (0 = the catalogue's); shown by `context-proxy models`."),
-    )
-    thinking_binding: str = field(
-        default="auto",
-        metadata=check(
-            one_of("auto", "prefix", "none"),
-            doc="Whether the model binds thinking blocks to their prefix: `prefix` (it does), `none`"
-            " (it does not), `auto` (the catalogue says).",
-        ),
-    )
-    price: ModelPriceConfig | None = field(
-        default=None, metadata=doc("The model's price (USD per million tokens); absent = the catalogue's.")
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ModelIdConfig:
-    """The older ``model_ids:`` key, still read: each entry as the ``models:`` entry it stands
-    for, after those of ``models:``."""
-
-    anthropic: str = field(
-        default="",
-        metadata=check(lambda v: None if v.strip() else "a model id", doc="The model's Claude API id (required): a `models:` entry's `match`."),
-    )
-    bedrock: str = field(default="", metadata=doc("As `models[].bedrock`."))
-    vertex: str = field(default="", metadata=doc("As `models[].vertex`."))
-    aliases: tuple[str, ...] = field(default=(), metadata=doc("As `models[].aliases`."))
-
-
 @dataclass(frozen=True, slots=True)
 class LoggingConfig:
     level: str = field(
@@ -540,17 +302,6 @@ class LedgerConfig:
     batch_size: int = field(default=500, metadata=check(positive, doc="Rows per write."))
     flush_seconds: float = field(
         default=0.5, metadata=check(positive, doc="A batch is written when full or this long after its first row.")
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class PriceConfig(ModelPriceConfig):
-    """The older ``prices:`` key, still read: each entry as a ``models:`` entry with a ``price``
-    (these prices), after those of ``models:`` and ``model_ids:``."""
-
-    model: str = field(
-        default="",
-        metadata=doc("A model id or glob (fnmatch: `claude-opus-4-5*`; required): a `models:` entry's `match`."),
     )
 
 

@@ -19,7 +19,8 @@ import orjson
 from multidict import CIMultiDictProxy
 
 from proxy.config.compaction import limits_for, policy_from_config
-from proxy.config.settings import CompactionConfig, LimitsConfig
+from proxy.config.limits import LimitsConfig
+from proxy.config.settings import CompactionConfig
 from proxy.core.bounded import Bounded, CacheView
 from proxy.core.catalogue import Catalogue, built_in
 from proxy.core.compaction import (
