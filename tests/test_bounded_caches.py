@@ -30,8 +30,9 @@ from proxy.core.reparse import ENTRY_BYTES, MEMORY_PER_TEXT_BYTE, BodyMemo
 from proxy.core.thinking import BindingRecords
 from proxy.core.tokens import TokenCounter, canonical_all
 from proxy.server.compaction import plan_reads, service
+from proxy.server.compaction.calibration import KEY_BYTES, CalibrationKey
 from proxy.server.compaction.plan_reads import AbsentPlans
-from proxy.server.compaction.service import CompactionService, _CalibrationKey
+from proxy.server.compaction.service import CompactionService
 from proxy.server.http.metrics import new_metrics
 from proxy.sources import resolver as resolver_module
 from proxy.sources import store_artifacts, transcript_files
@@ -105,9 +106,9 @@ def test_thinking_records_absent_plans_calibration_and_export_marks_take_at_most
     ratios = Calibration(N)
     check(traced(lambda: [ratios.observe(f"acme/claude-model-{i:06d}", 1000, 1100) for i in range(N)]) / N,
           calibration.RATIO_BYTES, "calibration")
-    keys: Bounded[str, _CalibrationKey] = Bounded("k", N, entry_bytes=1)
-    check(traced(lambda: [keys.put(f"acme/claude-model-{i:06d}", _CalibrationKey("acme", f"claude-model-{i:06d}"))
-                          for i in range(N)]) / N, service.CALIBRATION_KEY_BYTES, "calibration_keys")
+    keys: Bounded[str, CalibrationKey] = Bounded("k", N, entry_bytes=1)
+    check(traced(lambda: [keys.put(f"acme/claude-model-{i:06d}", CalibrationKey("acme", f"claude-model-{i:06d}"))
+                          for i in range(N)]) / N, KEY_BYTES, "calibration_keys")
     marks = ExportMarks(N)
     root = "/var/lib/context-proxy/tenants/acme/transcripts"
     check(traced(lambda: [marks.put((root, f"{ident():016x}-4b1d-9f0e-aa61c2d3e4f5"),

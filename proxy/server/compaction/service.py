@@ -45,7 +45,8 @@ from proxy.core.conversation import Conversation
 from proxy.core.durable import InvalidWrite
 from proxy.core.errors import PromptTooLong
 from proxy.core.limits import Limits, betas_of
-from proxy.core.tokens import Calibration, Canonical, TokenCounter
+from proxy.core.tokens import Canonical, TokenCounter
+from proxy.server.compaction.calibration import SharedCalibration
 from proxy.server.compaction.counting import Counting, count_while_forwarding, with_digests
 from proxy.server.compaction.naming import transcript_sequences
 from proxy.server.compaction.plan_reads import SCOPE_SEPARATOR, PlanReads, anchor_of
@@ -56,9 +57,6 @@ from proxy.store import Store, StoreError
 
 _P = ParamSpec("_P")
 log = logging.getLogger("context_proxy.compaction")
-
-# Calibration figures go to the store at most this often per tenant and model.
-CALIBRATION_WRITE_SECONDS = 5.0
 
 # Request header: ``x-compaction: off`` opts one request out. It is the proxy's own control
 # header and is not forwarded upstream.
@@ -222,24 +220,11 @@ class _RequestPolicy:
     policy: CompactionPolicy
 
 
-class _CalibrationKey:
-    """A tenant and model whose calibration this process looked up (the store asked once) and
-    when it last wrote the figure there."""
-
-    __slots__ = ("model", "tenant", "written")
-
-    def __init__(self, tenant: str, model: str) -> None:
-        self.tenant = tenant
-        self.model = model
-        self.written = -CALIBRATION_WRITE_SECONDS
-
-
 # Policies memoised: a tenant's compaction settings for a request's limits (a handful in
 # practice; clients choose models, betas and max_tokens, so bounded). A miss recomputes the
 # policy (microseconds). Memory per entry (measured: tests/test_bounded_caches.py).
 POLICIES = 4096
 POLICY_BYTES = 400
-CALIBRATION_KEY_BYTES = 450
 
 
 class CompactionService:
@@ -265,22 +250,13 @@ class CompactionService:
         self.counter = TokenCounter(
             cache_size=limits.token_memo_blocks, message_cache_size=limits.token_memo_messages
         )
-        self.calibration = Calibration(limits.calibration_keys)
+        self.calibration = SharedCalibration(limits.calibration_keys, metrics, self._background)
         self.plans = PlanCache(config.max_plans, max_bytes=limits.plan_cache_bytes)
         self.plan_reads = PlanReads(self.plans)  # the store read-through, and where it had none
         self.metrics = metrics
         # The shared store (set by the app once it is open): plans go there so that every
         # replica forwards the same view for a conversation; ``plans`` is its read-through cache.
         self.store: Store | None = None
-        # calibration keys ("tenant/model") this process has looked up, their tenant and model,
-        # and when their figure was last written; one pushed out forgets its ratio too (the store
-        # is read again for it)
-        self._calibration_keys: Bounded[str, _CalibrationKey] = Bounded(
-            "calibration_keys",
-            limits.calibration_keys,
-            entry_bytes=CALIBRATION_KEY_BYTES,
-            on_evict=lambda key, _seen: self.calibration.forget(key),
-        )
         self._writes: set[asyncio.Task[None]] = set()
         # the L4 call, under a store lease
         self.summaries = Summaries(config, upstream_base_url, metrics, self._background)
@@ -291,8 +267,7 @@ class CompactionService:
             *self.counter.caches,
             self.plans,
             self.plan_reads.absent.cache,
-            self.calibration.cache,
-            self._calibration_keys,
+            *self.calibration.caches(),
             self._policies,
             self._request_policies,
         )
@@ -383,7 +358,7 @@ class CompactionService:
             report = _headers(0, 0, "deferred", "none", "skipped", None)
             return Prepared(as_sent, changed_by_edge, report, key, None)
 
-        ratio = await self._ratio(tenant, model, key)
+        ratio = await self.calibration.ratio(self.store, tenant, model, key)
         scope = plan_scope(tenant, conversation)
         request = CompactionInput(
             system=body.get("system"),
@@ -564,48 +539,9 @@ class CompactionService:
             return await asyncio.to_thread(fn, *args)
         return fn(*args)
 
-    async def _ratio(self, tenant: str, model: str, key: str) -> float:
-        """The calibration ratio for ``key``; the first time this process sees the key, the
-        figure other replicas measured (the store) is the starting point."""
-        store = self.store
-        if store is not None and self._calibration_keys.get(key) is None:
-            self._calibration_keys.put(key, _CalibrationKey(tenant, model))
-            if not self.calibration.known(key):
-                try:
-                    stored = await store.get_calibration(tenant, model)
-                except (StoreError, InvalidWrite) as exc:
-                    store.health.lost("calibration", exc, "starts from the default ratio")
-                    stored = None
-                if stored is not None:
-                    self.calibration.seed(key, stored)
-        return self.calibration.ratio(key)
-
     def observe(self, key: str, estimate: int | None, real: int | None) -> None:
-        """Calibrate: the provider's real input size against our estimate of what we sent.
-
-        The figure goes to the store (in the background, at most once per
-        ``CALIBRATION_WRITE_SECONDS`` per tenant and model) for the other replicas."""
-        if not (estimate and real):
-            return
-        used = self.calibration.observe(key, estimate, real)
-        if used is None:
-            return
-        self.metrics.calibration_samples.labels("used" if used else "discarded").inc()
-        if not used:
-            log.warning(
-                "[calibrate] implausible provider usage discarded: real %d vs estimate %d",
-                real, estimate,
-            )
-            return
-        store = self.store
-        seen = self._calibration_keys.peek(key)
-        if store is None or seen is None:
-            return
-        now = asyncio.get_running_loop().time()
-        if now - seen.written < CALIBRATION_WRITE_SECONDS:
-            return
-        seen.written = now
-        self._background(self._write_calibration(store, seen.tenant, seen.model, key))
+        """Calibrate with the provider's usage (:meth:`SharedCalibration.observe`)."""
+        self.calibration.observe(self.store, key, estimate, real)
 
     def _background(self, work: Coroutine[Any, Any, object]) -> None:
         """Run store work that nobody waits for (``close`` waits for it, briefly)."""
@@ -620,9 +556,3 @@ class CompactionService:
         task = asyncio.get_running_loop().create_task(run())
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
-
-    async def _write_calibration(self, store: Store, tenant: str, model: str, key: str) -> None:
-        try:
-            await store.put_calibration(tenant, model, self.calibration.ratio(key))
-        except (StoreError, InvalidWrite) as exc:
-            store.health.lost("calibration", exc, "a figure not shared")
