@@ -48,6 +48,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,11 +88,15 @@ GOAL_AFTER_BURST = 1.05
 def proc_sample(pid: int) -> dict[str, Any]:
     """RSS (bytes), threads, open file descriptors (and their kinds) and CPU seconds of ``pid``;
     the machine's busy CPU seconds."""
-    out: dict[str, Any] = {"rss": 0, "threads": 0}
+    out: dict[str, Any] = {"rss": 0, "threads": 0, "anon": 0, "file": 0, "shmem": 0}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
                 out["rss"] = int(line.split()[1]) * 1024
+            elif line.startswith(("RssAnon:", "RssFile:", "RssShmem:")):
+                # what the RSS is made of: the heap, mapped files (the interpreter, the
+                # libraries), shared memory (SQLite's WAL index)
+                out[line[3:line.index(":")].lower()] = int(line.split()[1]) * 1024
             elif line.startswith("Threads:"):
                 out["threads"] = int(line.split()[1])
     kinds: Counter[str] = Counter()
@@ -498,6 +503,11 @@ def minute_rows(minutes: list[Minute], rest: dict[str, Any]) -> list[dict[str, A
             "p50_ms": pct(lat, 0.5) if lat else float("nan"),
             "p99_ms": pct(lat, 0.99) if lat else float("nan"),
             "rss_mb": last["rss"] / MB,
+            # the minute's median of each part (the 5 s samples): what the growth figures read
+            "rss_median_mb": median(s["rss"] for s in m.samples) / MB if m.samples else 0.0,
+            "anon_mb": median(s["anon"] for s in m.samples) / MB if m.samples else 0.0,
+            "file_mb": median(s["file"] for s in m.samples) / MB if m.samples else 0.0,
+            "shmem_mb": median(s["shmem"] for s in m.samples) / MB if m.samples else 0.0,
             "fds_min": min(fds),
             "fds_max": max(fds),
             "handles_min": min(handles),
@@ -524,6 +534,18 @@ def run_minutes(minutes: list[Minute], length: float) -> list[Minute]:
     return kept
 
 
+def fitted_growth(values: list[float]) -> float:
+    """The growth a least-squares line through ``values`` (one a minute) gives from the first
+    minute to the last, over its value at the first: the trend, without one sample's noise."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    xbar, ybar = (n - 1) / 2, sum(values) / n
+    slope = sum((x - xbar) * (y - ybar) for x, y in enumerate(values)) / sum((x - xbar) ** 2 for x in range(n))
+    start = ybar - slope * xbar
+    return slope * (n - 1) / start if start else 0.0
+
+
 def verdict(res: dict[str, Any]) -> list[tuple[str, bool, str]]:
     rows = res["minutes"]
     n = len(rows)
@@ -531,8 +553,10 @@ def verdict(res: dict[str, Any]) -> list[tuple[str, bool, str]]:
     if n >= 4:
         mid, end = rows[n // 2 - 1]["rss_mb"], rows[-1]["rss_mb"]
         growth = (end - mid) / mid
+        slope = fitted_growth([r["rss_median_mb"] for r in rows[n // 2 - 1:]])
         out.append(("RSS over the second half", growth < GOAL_SECOND_HALF,
-                    f"{mid:.1f} -> {end:.1f} MB ({growth:+.1%}; goal < {GOAL_SECOND_HALF:.0%})"))
+                    f"{mid:.1f} -> {end:.1f} MB ({growth:+.1%}; goal < {GOAL_SECOND_HALF:.0%}); the"
+                    f" minutes' medians fitted by a line: {slope:+.1%}"))
         half = rows[n // 2:]
         # each minute's least count: a handle left open raises it for good; the exports' and
         # artifacts' files open for a moment do not
@@ -573,16 +597,20 @@ def report(res: dict[str, Any]) -> None:
     print(f"soak: {a['minutes']} min at {a['rps']} req/s offered, population {a['population']}, "
           f"threshold {a['threshold']}, PYTHONMALLOC={a['allocator']}; {res['sessions']} sessions, "
           f"{res['conversations']} conversations ({res['subagents']} subagents), "
-          f"{res['durable']} durable facts; foreign load {res['load']}")
+          f"{res['durable']} durable facts; foreign load {res['load']}"
+          f"; MALLOC_ARENA_MAX={os.environ.get('MALLOC_ARENA_MAX', 'unset')}")
     print(f"rest: RSS {res['rest']['rss'] / MB:.1f} MB, {res['rest']['fds']} FDs {res['rest']['fd_kinds']}, "
           f"{res['rest']['threads']} threads")
     print(f"{'min':>3} {'req/s':>6} {'skip':>5} {'left':>5} {'4xx':>4} {'bad':>4} {'p50 ms':>7} {'p99 ms':>7} "
-          f"{'RSS MB':>7} {'FDs':>7} {'files':>5} {'thr':>4} {'cpu':>5} {'other':>5}")
+          f"{'RSS MB':>7} {'anon':>6} {'file':>5} {'shm':>5} {'FDs':>7} {'files':>5} {'thr':>4} {'cpu':>5} {'other':>5}")
     for r in rows:
         print(f"{r['minute']:>3} {r['rps']:6.1f} {r['skipped']:5d} {r['left']:5d} {r['errors_expected']:4d} {r['unexpected']:4d} "
-              f"{r['p50_ms']:7.1f} {r['p99_ms']:7.1f} {r['rss_mb']:7.1f} {r['fds_min']:3d}-{r['fds_max']:<3d} "
+              f"{r['p50_ms']:7.1f} {r['p99_ms']:7.1f} {r['rss_mb']:7.1f} {r.get('anon_mb', 0):6.1f} {r.get('file_mb', 0):5.1f} "
+              f"{r.get('shmem_mb', 0):5.1f} {r['fds_min']:3d}-{r['fds_max']:<3d} "
               f"{r['handles_min']:2d}-{r['handles_max']:<2d} {r['threads']:4d} {r['proxy_cpu']:5.2f} {r['foreign_cores']:5.2f}")
-    print("(FDs: least and most of the 5 s samples; files: those that are not sockets (files, the database's,"
+    print("(RSS MB: the minute's last sample; anon, file, shm: the minute's medians of RssAnon (the heap),"
+          " RssFile (mapped files) and RssShmem (shared memory: SQLite's WAL index);"
+          " FDs: least and most of the 5 s samples; files: those that are not sockets (files, the database's,"
           " the loop's); cpu: cores the proxy used; other: cores the rest of the machine used, beside this"
           " bench and its upstream, of 2)")
     names = sorted({c for r in rows for c in r["caches"] if not c.endswith((" evicted", " weight"))})
