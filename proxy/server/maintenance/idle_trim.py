@@ -1,5 +1,4 @@
-"""Give memory back to the system when the proxy goes idle after a burst or a busy period, and
-now and then under a load that never stops.
+"""Give memory back to the system when the proxy goes idle after a burst or a busy period.
 
 Measured (bench/bench_memory.py): 1,000 simultaneous streams raise the RSS by ~38 MB, and none of
 it comes back by itself. What stays is not live data (once the upstream pool's idle keep-alive
@@ -10,9 +9,8 @@ busy period, the proxy runs one full collection (cheap: the program's own object
 start-up) and ``malloc_trim(0)`` (glibc), and does it once more after the upstream pool's idle
 connections had time to expire. A busy period is a burst (32 requests in flight at once) or a
 steady load (requests in flight at 30 polls): a load that never peaks, going quiet, left free
-memory all the same (bench/bench_soak.py: its RSS stayed where the load left it). A load that never
-stops gets ``malloc_trim(0)`` alone, in a worker thread, once a minute (:class:`SteadyTrim`).
-Nothing of this is on the request path: a 1 s poll of the in-flight counter.
+memory all the same (bench/bench_soak.py: its RSS stayed where the load left it). Nothing of this
+is on the request path: a 1 s poll of the in-flight counter.
 
 What decides how much comes back is the small-object allocator. Python's own (pymalloc) returns
 an arena (1 MiB) only when wholly empty, and after a 1,000-stream burst ~27 of them stay, each
@@ -51,12 +49,6 @@ QUIET_POLLS = 2
 # 30 s) has closed the burst's connections by then.
 LATE_POLLS = 65
 POLL_SECONDS = 1.0
-# Under a load that never goes quiet: ``malloc_trim(0)`` alone (no collection), in a worker
-# thread, once every this many polls with requests in flight. The caches' churn leaves free
-# pages between the entries they keep; without it a 30-minute soak's heap kept growing by ~2 MB a
-# minute after the caches had reached their bounds, though the Python objects had levelled off
-# (bench/bench_soak.py, docs/operations/memory.md).
-STEADY_POLLS = 60
 
 
 class TrimSchedule:
@@ -92,29 +84,6 @@ class TrimSchedule:
             self._late_pending = False
             return True
         return False
-
-
-class SteadyTrim:
-    """When to trim under a load that never goes quiet: every ``every`` polls with requests in
-    flight (pure; no clock). A quiet poll changes nothing: the idle release covers a pause."""
-
-    def __init__(self, every: int = STEADY_POLLS) -> None:
-        self.every = every
-        self._active = 0  # polls with requests in flight since the last trim
-
-    def tick(self, inflight: int) -> bool:
-        """One poll; ``True``: trim now."""
-        if not inflight:
-            return False
-        self._active += 1
-        if self._active >= self.every:
-            self._active = 0
-            return True
-        return False
-
-    def reset(self) -> None:
-        """The idle release trimmed: count again from there."""
-        self._active = 0
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -156,18 +125,17 @@ def rss_bytes() -> int | None:
 def release_memory() -> bool:
     """A full collection, then ``malloc_trim(0)`` where there is one; ``True`` if it trimmed."""
     before = rss_bytes()
-    gc.collect()
+    unreachable = gc.collect()
     trimmed = _TRIM is not None and _TRIM(0) >= 0
     after = rss_bytes()
     if before is not None and after is not None:
-        log.debug("memory released after a burst: RSS %.1f -> %.1f MB", before / 2**20, after / 2**20)
+        # one line per busy period: what the collection found and what RSS came back (garbage
+        # in reference cycles waits for Python's next full collection while the load lasts)
+        log.info(
+            "memory released after a busy period: RSS %.1f -> %.1f MB, %d unreachable objects collected",
+            before / 2**20, after / 2**20, unreachable,
+        )
     return trimmed
-
-
-def trim_free_pages() -> bool:
-    """``malloc_trim(0)`` alone, where there is one (no collection: under load, a full collection
-    of the caches' objects would hold the event loop); ``True`` if it trimmed."""
-    return _TRIM is not None and _TRIM(0) >= 0
 
 
 async def release_when_idle(
@@ -175,13 +143,9 @@ async def release_when_idle(
     schedule: TrimSchedule | None = None,
     release: Callable[[], object] = release_memory,
     poll_seconds: float = POLL_SECONDS,
-    steady: SteadyTrim | None = None,
-    trim: Callable[[], object] = trim_free_pages,
 ) -> None:
-    """Poll ``state.inflight`` until cancelled; ``release()`` when ``schedule`` says so, and
-    ``trim()`` in a worker thread when ``steady`` says so."""
+    """Poll ``state.inflight`` until cancelled; ``release()`` when ``schedule`` says so."""
     schedule = schedule or TrimSchedule()
-    steady = steady or SteadyTrim()
     if small_object_allocator() == "malloc":
         log.info("small objects from malloc (PYTHONMALLOC=malloc): memory goes back after a burst")
     else:
@@ -191,9 +155,5 @@ async def release_when_idle(
         )
     while True:
         await asyncio.sleep(poll_seconds)
-        inflight = state.inflight
-        if schedule.tick(inflight):
+        if schedule.tick(state.inflight):
             release()
-            steady.reset()
-        elif steady.tick(inflight):
-            await asyncio.to_thread(trim)
