@@ -32,7 +32,8 @@ from proxy.sources.artifact_files import write_artifact
 from proxy.sources.pointer_resolver import PointerResolver
 from proxy.sources.resolver import SourceResolver
 from proxy.store import Store, TranscriptEvent, open_store
-from proxy.tenancy.tenants import Tenant, load_tenancy
+from proxy.tenancy.policies import load_tenancy
+from proxy.tenancy.tenants import Tenant
 from tests.harness import LoopThread, ProxyServer, proxy_config
 from tests.upstream import FakeUpstream
 

@@ -17,7 +17,7 @@ from proxy.config.reference import markdown as keys_markdown
 from proxy.config.reference import rows, undescribed
 from proxy.config.schema import check, doc, one_of, positive
 from proxy.config.settings import Config
-from proxy.tenancy.tenants import PolicyFile
+from proxy.tenancy.policies import PolicyFile
 from tests.docs_hook import load_hook
 
 ROOT = Path(__file__).resolve().parent.parent

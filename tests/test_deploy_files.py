@@ -23,7 +23,7 @@ import yaml
 from proxy.config.environment import admin_tokens_from_env, store_password_from_env
 from proxy.config.reference import rows
 from proxy.config.settings import AuthConfig, Config, load_config
-from proxy.tenancy.tenants import load_tenancy
+from proxy.tenancy.policies import load_tenancy
 
 ROOT = Path(__file__).resolve().parent.parent
 REPLICAS = ("proxy-1", "proxy-2")

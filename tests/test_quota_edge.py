@@ -327,7 +327,7 @@ def test_the_store_down_at_admission_lets_requests_through(
 
 def test_policy_keys_are_validated(tmp_path: Path) -> None:
     from proxy.config.settings import parse_config
-    from proxy.tenancy.tenants import PolicyError, load_tenancy
+    from proxy.tenancy.policies import PolicyError, load_tenancy
 
     bad = {"requests_per_minute": -1, "budget_usd": "lots", "budget_period": "week"}
     config = parse_config(
@@ -386,7 +386,7 @@ def test_the_429_body_is_exactly_the_anthropic_shape(
 def test_the_example_policies_load_with_their_quota(tmp_path: Path) -> None:
     from proxy.config.settings import parse_config
     from proxy.core.quota import Allowance
-    from proxy.tenancy.tenants import load_tenancy
+    from proxy.tenancy.policies import load_tenancy
 
     root = Path(__file__).resolve().parent.parent / "policies"
     config = parse_config({"auth": {"mode": "keys"}, "policies_dir": str(root), "state_dir": str(tmp_path)})
@@ -464,7 +464,7 @@ def test_a_key_listed_in_keys_has_its_own_allowance_instead_of_per_key(
 
 def test_a_keys_entry_must_name_one_of_the_tenants_own_keys(tmp_path: Path) -> None:
     from proxy.config.settings import parse_config
-    from proxy.tenancy.tenants import PolicyError, load_tenancy
+    from proxy.tenancy.policies import PolicyError, load_tenancy
 
     pasted = "cpk-a-key-pasted-by-mistake-0001"
     quota = {"keys": [{"key_sha256": pasted, "requests_per_minute": 3}, {"key_sha256": sha(GLOBEX_KEY), "requests_per_minute": 3},

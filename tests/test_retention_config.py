@@ -11,7 +11,7 @@ from proxy.config.retention import KindRetention, RetentionConfig
 from proxy.config.schema import ConfigError
 from proxy.config.settings import load_config, parse_config
 from proxy.server.maintenance.retention import RETENTION
-from proxy.tenancy.tenants import PolicyError, load_tenancy
+from proxy.tenancy.policies import PolicyError, load_tenancy
 from tests.conftest import ProxyFactory
 from tests.harness import LoopThread
 

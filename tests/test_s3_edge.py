@@ -17,7 +17,7 @@ from proxy.config.settings import parse_config
 from proxy.core.durable import Create, Fact
 from proxy.server.appkeys import DURABLE, STORE
 from proxy.store.source_records import AuditQuery, list_audit
-from proxy.tenancy.tenants import PolicyError, load_tenancy
+from proxy.tenancy.policies import PolicyError, load_tenancy
 from tests.harness import LoopThread
 
 KEY = "sk-test"

@@ -18,7 +18,8 @@ import pytest
 
 from proxy.config.schema import ConfigError
 from proxy.config.settings import Config, load_config, parse_config
-from proxy.tenancy.tenants import PolicyError, ProviderAuth, Tenancy, Tenant, load_tenancy
+from proxy.tenancy.policies import PolicyError, load_tenancy
+from proxy.tenancy.tenants import ProviderAuth, Tenancy, Tenant
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "sk-ant-provider-canary-0123456789"

@@ -9,7 +9,7 @@ import pytest
 from proxy.config.schema import ConfigError
 from proxy.config.settings import parse_config
 from proxy.config.upstream import UpstreamTarget
-from proxy.tenancy.tenants import PolicyError, load_tenancy
+from proxy.tenancy.policies import PolicyError, load_tenancy
 
 
 @pytest.mark.parametrize(

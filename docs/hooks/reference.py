@@ -28,7 +28,7 @@ from proxy.config.settings import CompactionConfig, Config
 from proxy.config.upstream import UpstreamTarget
 from proxy.server.http.metrics import new_metrics
 from proxy.server.maintenance.retention import GcMetrics
-from proxy.tenancy.tenants import PolicyFile
+from proxy.tenancy.policies import PolicyFile
 
 DOCS = Path(__file__).resolve().parent.parent
 OPENAPI = DOCS / "admin-openapi.yaml"

@@ -103,7 +103,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     valid keys, unless ``auth``, ``policies_dir`` or ``state_dir`` is wrong)."""
     from proxy.config.schema import bounded_lines
     from proxy.config.settings import check_config_file
-    from proxy.tenancy.tenants import load_tenancy
+    from proxy.tenancy.policies import load_tenancy
 
     config, problems, policies = check_config_file(args.path)
     in_file = len(problems)

@@ -4,7 +4,7 @@ Every key has a default, so the proxy runs with no file at all. Unknown keys and
 errors that name the file, the key and what was expected. What ``serve`` reads from the
 environment (which file, the admin token, the store's password) is :mod:`proxy.config.environment`;
 the standard ``OTEL_*`` variables are the base of ``tracing:`` (:func:`tracing_from_env`); tenant
-policies read the variables they name in :func:`proxy.tenancy.tenants.load_tenancy`. How a file is
+policies read the variables they name in :func:`proxy.tenancy.policies.load_tenancy`. How a file is
 read and a section built and checked is :mod:`proxy.config.schema`; the sections are here, but
 ``upstream:`` (:mod:`proxy.config.upstream`), ``limits:`` (:mod:`proxy.config.limits`),
 ``models:`` and its older keys (:mod:`proxy.config.model_entries`), ``retention:``

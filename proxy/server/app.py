@@ -69,7 +69,7 @@ from proxy.server.upstream.platforms import CURRENT, Platforms, UpstreamPlatform
 from proxy.sources.resolver import ResolverLimits, SourceResolver
 from proxy.store import open_store
 from proxy.store.usage import KEY_CHECKS
-from proxy.tenancy.tenants import load_tenancy
+from proxy.tenancy.policies import load_tenancy
 
 log = logging.getLogger("context_proxy.app")
 

@@ -31,7 +31,7 @@ from proxy.config.environment import admin_tokens_from_env
 from proxy.config.schema import ConfigError
 from proxy.config.settings import AuthConfig
 from proxy.console.first_signin import OneTimeSignIn, signin_link, tenant_without_admin_token
-from proxy.tenancy.tenants import load_tenancy
+from proxy.tenancy.policies import load_tenancy
 from tests.console.browser import open_watched, screenshot
 from tests.harness import OnTerminal, proxy_config
 from tests.test_cli import ServeProcess

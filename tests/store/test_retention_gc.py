@@ -27,7 +27,8 @@ from proxy.store import Store, TranscriptEvent, open_store
 from proxy.store.retention import backend_for
 from proxy.store.source_records import AuditQuery, AuditRow, append_audit, list_audit
 from proxy.store.usage import UsageQuery
-from proxy.tenancy.tenants import DEFAULT_TENANT, Tenancy, load_tenancy
+from proxy.tenancy.policies import load_tenancy
+from proxy.tenancy.tenants import DEFAULT_TENANT, Tenancy
 
 NOW = time.time()
 OK = '{"kind": "plan"}'

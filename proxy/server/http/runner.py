@@ -32,7 +32,8 @@ from proxy.server.appkeys import CONFIG, FORWARDER, METRICS, STATE, TENANCY
 from proxy.server.http.connections import ConnectionGuard, GuardedRunner, raise_open_files_limit
 from proxy.server.http.listeners import Listeners, start_sites
 from proxy.server.maintenance.idle_trim import release_when_idle
-from proxy.tenancy.tenants import Tenancy, load_tenancy
+from proxy.tenancy.policies import load_tenancy
+from proxy.tenancy.tenants import Tenancy
 
 log = logging.getLogger("context_proxy.runner")
 
