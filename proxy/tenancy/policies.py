@@ -41,6 +41,7 @@ from proxy.tenancy.sources import (
     build_object_store,
     build_signing,
     overlapping_stores,
+    read_env,
 )
 from proxy.tenancy.tenants import DEFAULT_TENANT, ProviderAuth, Tenancy, Tenant
 
@@ -469,21 +470,8 @@ def _provider(raw: _ProviderFile, env: Mapping[str, str], errors: list[str]) -> 
             " a key)"
         )
         return None
-    name = raw.api_key_env
-    value = env.get(name)
-    if value is None:
-        errors.append(f"key '{key}': expected environment variable {name} to be set, it is not")
-        return None
-    if not value:
-        errors.append(f"key '{key}': expected environment variable {name} to be non-empty, it is empty")
-        return None
-    if _PRINTABLE_RE.fullmatch(value) is None:
-        errors.append(
-            f"key '{key}': expected environment variable {name} to hold printable ASCII without"
-            " whitespace (check for a trailing newline), it does not (value not shown)"
-        )
-        return None
-    return ProviderAuth("env", name, value)
+    value = read_env(env, raw.api_key_env, key, errors)
+    return None if value is None else ProviderAuth("env", raw.api_key_env, value)
 
 
 def _overlaps(a: str, b: str) -> bool:

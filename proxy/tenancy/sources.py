@@ -123,9 +123,12 @@ NO_OBJECT_STORE = ObjectStoreFile()
 NO_SIGNING = SigningFile()
 
 
-def _read_env(
+def read_env(
     env: Mapping[str, str], name: str, key: str, errors: list[str], *, printable: bool = True
 ) -> str | None:
+    """The value of the environment variable ``name`` a policy key names; ``None`` with the problem
+    added to ``errors`` when it is unset, empty or (``printable``) not printable ASCII without
+    whitespace. The value is never put in a message (it may be a key)."""
     value = env.get(name)
     if value is None:
         errors.append(f"key '{key}': expected environment variable {name} to be set, it is not")
@@ -157,7 +160,7 @@ def build_signing(
         if item.id in keys:
             errors.append(f"key '{where}.id': expected each key id once, got a repeat")
             continue
-        value = _read_env(env, item.env, f"{where}.env", errors)
+        value = read_env(env, item.env, f"{where}.env", errors)
         if value is None:
             continue
         if len(value.encode()) < MIN_SIGNING_KEY_BYTES:
@@ -193,13 +196,13 @@ def build_object_store(
             errors.append(f"key 'sources.object_store.{name}': expected a value, missing")
     if len(errors) > before:
         return None
-    key_id = _read_env(env, raw.access_key_id_env, "sources.object_store.access_key_id_env", errors)
-    secret = _read_env(
+    key_id = read_env(env, raw.access_key_id_env, "sources.object_store.access_key_id_env", errors)
+    secret = read_env(
         env, raw.secret_access_key_env, "sources.object_store.secret_access_key_env", errors
     )
     token = None
     if raw.session_token_env:
-        token = _read_env(env, raw.session_token_env, "sources.object_store.session_token_env", errors)
+        token = read_env(env, raw.session_token_env, "sources.object_store.session_token_env", errors)
     if key_id is None or secret is None or (raw.session_token_env and token is None):
         return None
     if raw.addressing == "virtual" and not dns_host(raw.endpoint):
