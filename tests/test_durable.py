@@ -26,14 +26,12 @@ from proxy.core.durable import (
     Status,
     Update,
     apply,
-    change_from_json,
-    change_to_json,
-    changes_from_json,
     check_timestamp,
     prepare_changes,
     validate_changes,
     validate_item,
 )
+from proxy.core.durable_json import change_from_json, change_to_json, changes_from_json
 from proxy.core.render import render_state
 
 T0 = "2025-03-01T10:00:00Z"

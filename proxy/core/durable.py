@@ -25,10 +25,8 @@ There is deliberately no function that reads free text (a summary, a model's ans
 changes: the only way into durable state is a list of structured changes through the store's
 ``write_changes``.
 
-JSON shapes (the write API and the store's history both use them)::
-
-    {"op": "create" | "update", "kind": "fact" | "pending" | "evidence", "item": {...}}
-    {"op": "retire", "kind": ..., "id": "...", "source": "...", "retired_at": "..."}
+The JSON shapes of changes (the write API's and the store history's) are
+:mod:`proxy.core.durable_json`.
 """
 
 from __future__ import annotations
@@ -36,17 +34,19 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, NamedTuple, cast, get_args
+from typing import Literal, NamedTuple, get_args
 
 from proxy.core.pointers import BadPointer, parse_pointer
 
 __all__ = [
     "EMPTY_STATE",
     "INITIAL_STATUSES",
+    "ITEM_TYPES",
     "KINDS",
     "MAX_CONTENT_CHARS",
+    "NOUNS",
     "STATUSES",
     "TRANSITIONS",
     "Change",
@@ -66,9 +66,6 @@ __all__ = [
     "Status",
     "Update",
     "apply",
-    "change_from_json",
-    "change_to_json",
-    "changes_from_json",
     "check_timestamp",
     "kind_of",
     "parse_timestamp",
@@ -132,12 +129,12 @@ class Evidence:
 
 Item = Fact | PendingItem | Evidence
 
-_ITEM_TYPES: Mapping[Kind, type[Fact] | type[PendingItem] | type[Evidence]] = {
+ITEM_TYPES: Mapping[Kind, type[Fact] | type[PendingItem] | type[Evidence]] = {
     "fact": Fact,
     "pending": PendingItem,
     "evidence": Evidence,
 }
-_NOUN: Mapping[Kind, str] = {"fact": "fact", "pending": "pending item", "evidence": "evidence"}
+NOUNS: Mapping[Kind, str] = {"fact": "fact", "pending": "pending item", "evidence": "evidence"}
 
 
 def kind_of(item: Item) -> Kind:
@@ -402,7 +399,7 @@ def _state_rules(
     else:
         key = (kind_of(change.item), change.item.id)
         id_field = f"{prefix}.item.id"
-    noun = _NOUN.get(key[0], "item")
+    noun = NOUNS.get(key[0], "item")
     current = index.get(key)
     if isinstance(change, Create):
         if current is not None:
@@ -543,99 +540,3 @@ def apply(history: Iterable[ChangeEvent], base: DurableState = EMPTY_STATE) -> D
     order = {kind: n for n, kind in enumerate(KINDS)}
     records = sorted(index.values(), key=lambda r: (order[r.kind], r.item_id))
     return DurableState(tuple(records))
-
-
-# -- JSON -----------------------------------------------------------------------------------------
-
-
-def _item_json(item: Item) -> dict[str, Any]:
-    return {f.name: getattr(item, f.name) for f in fields(item)}
-
-
-def change_to_json(change: Change) -> dict[str, Any]:
-    if isinstance(change, Retire):
-        return {
-            "op": "retire",
-            "kind": change.kind,
-            "id": change.item_id,
-            "source": change.source,
-            "retired_at": change.retired_at,
-        }
-    op = "create" if isinstance(change, Create) else "update"
-    return {"op": op, "kind": kind_of(change.item), "item": _item_json(change.item)}
-
-
-_OPS = ("create", "update", "retire")
-_RETIRE_KEYS = ("source", "retired_at")
-
-
-def _keys(
-    obj: Mapping[str, Any], required: Iterable[str], optional: Iterable[str], prefix: str
-) -> list[FieldError]:
-    required, optional = tuple(required), tuple(optional)
-    errors = [FieldError(f"{prefix}.{k}", "required") for k in required if k not in obj]
-    errors += [
-        FieldError(f"{prefix}.{k}", "unknown field")
-        for k in obj
-        if k not in required and k not in optional
-    ]
-    return errors
-
-
-def _change_or_errors(obj: object, prefix: str) -> Change | list[FieldError]:
-    if not isinstance(obj, Mapping):
-        return [FieldError(prefix, "expected an object")]
-    op, kind = obj.get("op"), cast(Kind, obj.get("kind"))
-    errors: list[FieldError] = []
-    if op not in _OPS:
-        errors.append(FieldError(f"{prefix}.op", f"expected one of {', '.join(_OPS)}"))
-    if kind not in KINDS:
-        errors.append(FieldError(f"{prefix}.kind", f"expected one of {', '.join(KINDS)}"))
-    if errors:
-        return errors
-    if op == "retire":
-        errors = _keys(obj, ("op", "kind", "id", *_RETIRE_KEYS), (), prefix)
-        if errors:
-            return errors
-        return Retire(kind, obj["id"], obj["source"], obj["retired_at"])
-    errors = _keys(obj, ("op", "kind", "item"), (), prefix)
-    if errors:
-        return errors
-    item_obj = obj["item"]
-    if not isinstance(item_obj, Mapping):
-        return [FieldError(f"{prefix}.item", "expected an object")]
-    cls = _ITEM_TYPES[kind]
-    names = [f.name for f in fields(cls)]
-    optional = ("conflict_key",) if cls is Evidence else ()
-    required = [n for n in names if n not in optional]
-    errors = _keys(item_obj, required, optional, f"{prefix}.item")
-    if errors:
-        return errors
-    # Types are checked by validate_item, one rule set for JSON and Python callers alike.
-    item = cls(**{n: item_obj[n] for n in names if n in item_obj})
-    return Create(item) if op == "create" else Update(item)
-
-
-def change_from_json(obj: object, prefix: str = "change") -> Change:
-    """One change from its JSON shape (structure only: field rules are :func:`validate_item`)."""
-    result = _change_or_errors(obj, prefix)
-    if isinstance(result, list):
-        raise InvalidWrite(result)
-    return result
-
-
-def changes_from_json(obj: object) -> tuple[Change, ...]:
-    """A write API body's ``changes`` list; :class:`InvalidWrite` names every structural error."""
-    if not isinstance(obj, list):
-        raise InvalidWrite([FieldError("changes", "expected a list of changes")])
-    changes: list[Change] = []
-    errors: list[FieldError] = []
-    for i, entry in enumerate(obj):
-        result = _change_or_errors(entry, f"changes[{i}]")
-        if isinstance(result, list):
-            errors += result
-        else:
-            changes.append(result)
-    if errors:
-        raise InvalidWrite(errors)
-    return tuple(changes)

@@ -18,9 +18,8 @@ from proxy.core.durable import (
     ChangeEvent,
     DurableState,
     apply,
-    change_from_json,
-    change_to_json,
 )
+from proxy.core.durable_json import change_from_json, change_to_json
 
 __all__ = ["StateCache", "change_rows", "decode_change"]
 

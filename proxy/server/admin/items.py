@@ -22,12 +22,12 @@ from urllib.parse import quote
 from aiohttp import web
 
 from proxy.core.durable import (
+    ITEM_TYPES,
     KINDS,
+    NOUNS,
     Change,
     Create,
     DurableState,
-    Evidence,
-    Fact,
     FieldError,
     InvalidWrite,
     Item,
@@ -36,11 +36,10 @@ from proxy.core.durable import (
     Record,
     Retire,
     Update,
-    change_from_json,
-    change_to_json,
     validate_changes,
     validate_item,
 )
+from proxy.core.durable_json import change_from_json, change_to_json
 from proxy.core.errors import NotFound
 from proxy.server.admin.wire import PREFIX, failed, json_object, json_response, session_of
 from proxy.server.appkeys import STORE
@@ -66,12 +65,6 @@ log = logging.getLogger("context_proxy.admin")
 MAX_CHANGES = 1000
 
 KIND_PATHS: Mapping[str, Kind] = {"facts": "fact", "pending": "pending", "evidence": "evidence"}
-_NOUN: Mapping[Kind, str] = {"fact": "fact", "pending": "pending item", "evidence": "evidence"}
-_ITEM_TYPES: Mapping[Kind, type[Fact] | type[PendingItem] | type[Evidence]] = {
-    "fact": Fact,
-    "pending": PendingItem,
-    "evidence": Evidence,
-}
 KIND_PATTERN = "|".join(KIND_PATHS)
 _RETIRE_FIELDS = ("source", "retired_at")
 
@@ -182,7 +175,7 @@ async def _existing(
     state = await store.current_state(tenant.name, session)
     record = state.record(kind, item_id)
     if record is None:
-        raise NotFound(f"{_NOUN[kind]} not found")
+        raise NotFound(f"{NOUNS[kind]} not found")
     return state, record
 
 
@@ -248,7 +241,7 @@ async def get_item(request: web.Request, tenant: Tenant) -> web.StreamResponse:
 def _item_shape(kind: Kind, obj: Mapping[str, Any]) -> tuple[dict[str, Any], list[FieldError]]:
     """``obj`` with exactly the item's fields (a missing one as ``None``), and what was off, so
     that one answer names the unknown and missing fields and every bad value together."""
-    fields = dataclasses.fields(_ITEM_TYPES[kind])
+    fields = dataclasses.fields(ITEM_TYPES[kind])
     names = {f.name for f in fields}
     optional = {f.name for f in fields if f.default is not dataclasses.MISSING}
     errors = [FieldError(key, "unknown field") for key in obj if key not in names]

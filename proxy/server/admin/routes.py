@@ -64,8 +64,8 @@ from proxy.core.durable import (
     DurableState,
     InvalidWrite,
     Item,
-    change_to_json,
 )
+from proxy.core.durable_json import change_to_json
 from proxy.core.errors import (
     AuthenticationFailed,
     InvalidRequest,
