@@ -185,10 +185,10 @@ def proxy_env(tmp: Path, allocator: str) -> dict[str, str]:
 
 def spawn_proxy(tmp: Path, cfg: Path, args: argparse.Namespace) -> Child:
     argv = [sys.executable, "-m", "proxy", "serve", "--port", "0", "--config", str(cfg)]
-    if args.find:
+    if args.find or args.native:
         args.probe_dir = tmp / "probe"
         argv = [sys.executable, str(ROOT / "bench/soak_probe.py"), str(args.probe_dir),
-                "0", str(args.find_frames), *argv[3:]]
+                str(args.native), str(args.find_frames if args.find or args.trace else 0), *argv[3:]]
     return spawn_logged("proxy", argv, tmp, env=proxy_env(tmp, args.allocator))
 
 
@@ -692,6 +692,40 @@ def find_report(probe: Path, top: int = 30) -> None:
         print(f"  {diff / 1024:+10.1f} KiB  now {b[where] / 1024:10.1f} KiB  {where}")
 
 
+def native_report(probe: Path, minutes: float) -> list[dict[str, Any]]:
+    """``--native``: the probe's native counters, the last sample of each minute of the load, and
+    how much each grew over the second half (what the heap's growth is: in use by SQLite, in use
+    by the rest, or free but kept)."""
+    path = probe / "native.jsonl"
+    samples = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    if len(samples) < 4:
+        print(f"--native: only {len(samples)} sample(s); run longer")
+        return samples
+    t0 = samples[0]["t"]
+    per_minute: dict[int, dict[str, Any]] = {}
+    for sample in samples:
+        minute = int((sample["t"] - t0) // 60) + 1
+        if minute <= minutes:
+            per_minute[minute] = {"minute": minute, **sample}
+    rows = [per_minute[m] for m in sorted(per_minute)]
+    cols = [c for c in ("RssAnon", "malloc_arena", "malloc_hblkhd", "malloc_uordblks", "malloc_fordblks",
+                        "jemalloc_allocated", "jemalloc_active", "jemalloc_resident", "sqlite_memory_used",
+                        "tracemalloc_traced", "tracemalloc_self") if c in rows[0]]
+    print("--native: MB at each minute's last sample (uordblks: in use in malloc's heaps; fordblks: free"
+          " but kept; hblkhd: mmapped chunks;"
+          " sqlite: SQLite's own allocations, inside uordblks; traced: Python's, with --trace; self: tracemalloc's own)")
+    print("  min  " + "  ".join(f"{c.removeprefix('malloc_'):>12}" for c in cols)
+          + "  threads  full collections (objects collected)")
+    for row in rows:
+        print(f"  {row['minute']:3d}  " + "  ".join(f"{row[c] / MB:12.1f}" for c in cols) + f"  {row['threads']:7d}"
+              + f"  {row.get('gc_full_collections', 0):5d} ({row.get('gc_full_collected', 0)})")
+    half = rows[len(rows) // 2 - 1]
+    last = rows[-1]
+    print(f"--native: growth from minute {half['minute']} to {last['minute']}: " + ", ".join(
+        f"{c.removeprefix('malloc_')} {(last[c] - half[c]) / MB:+.1f} MB" for c in cols))
+    return rows
+
+
 # --- main ------------------------------------------------------------------------------------
 
 
@@ -741,6 +775,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 child.stop()
         if args.find:
             find_report(tmp / "probe")
+        if args.native:
+            native = native_report(tmp / "probe", args.minutes)
     return {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "rest": rest,
@@ -757,6 +793,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "subagents": soak.pop.subagents,
         "durable": soak.durable_written,
         "load": foreign_load(),
+        "native": native if args.native else None,
     }
 
 
@@ -767,7 +804,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--population", type=int, default=400, help="live conversations at once")
     p.add_argument("--threshold", type=int, default=12_000, help="compaction.threshold (tokens)")
     p.add_argument("--max-body", type=int, default=2 * MB, help="limits.max_body_bytes")
-    p.add_argument("--allocator", default="malloc", choices=("malloc", "pymalloc"))
+    p.add_argument("--allocator", default="malloc", choices=("malloc", "pymalloc", "jemalloc", "malloc-mmap"))
     p.add_argument("--rest", type=float, default=10.0, help="idle seconds after start-up")
     p.add_argument("--after", type=float, default=70.0,
                    help="idle seconds after the load and after the burst (the upstream pool closes idle"
@@ -781,6 +818,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="run the proxy under tracemalloc; each minute the load pauses, nothing in flight, and"
                         " the probe takes a snapshot; at the end, what grew")
     p.add_argument("--find-frames", type=int, default=2, help="tracemalloc frames (0: no tracemalloc)")
+    p.add_argument("--native", type=float, default=0.0, metavar="SECONDS",
+                   help="every SECONDS, without pausing the load, read the proxy's native memory counters"
+                        " (glibc's mallinfo2: in use and free in the heap; SQLite's memory used); at the"
+                        " end, a table of them per minute")
+    p.add_argument("--trace", action="store_true",
+                   help="with --native: run the proxy under tracemalloc (--find-frames deep) so that Python's"
+                        " share of the heap is known (slower)")
     p.add_argument("--json", metavar="PATH")
     p.add_argument("--keep-log", metavar="PATH", help="copy the proxy's log here")
     return p.parse_args(argv)

@@ -310,12 +310,21 @@ CHILDREN: dict[str, Any] = {}  # name -> Child or PeerChild, in start order
 
 def allocator_env(allocator: str) -> dict[str, str]:
     """This process's environment for a proxy child with ``allocator`` as its small-object
-    allocator: ``PYTHONMALLOC=malloc`` (what the Docker image sets), or unset for pymalloc."""
+    allocator: ``PYTHONMALLOC=malloc`` (what the Docker image sets), unset for pymalloc, or
+    ``jemalloc``: ``PYTHONMALLOC=malloc`` with jemalloc preloaded in place of glibc's malloc."""
     env = dict(os.environ)
     env.pop("PYTHONMALLOC", None)
-    if allocator == "malloc":
+    env.pop("LD_PRELOAD", None)
+    if allocator in ("malloc", "jemalloc", "malloc-mmap"):
         env["PYTHONMALLOC"] = "malloc"
+    if allocator == "jemalloc":
+        env["LD_PRELOAD"] = JEMALLOC
+    if allocator == "malloc-mmap":  # glibc's mmap threshold fixed at 128 KiB (not raised as blocks are freed)
+        env["MALLOC_MMAP_THRESHOLD_"] = str(128 * 1024)
     return env
+
+
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"  # Debian's libjemalloc2
 
 
 def spawn_logged(name: str, argv: list[str], tmp: Path, url: str = "", env: dict[str, str] | None = None) -> Child:

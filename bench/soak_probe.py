@@ -9,10 +9,20 @@ A daemon thread writes, every ``INTERVAL_S`` seconds (0: only when ``OUT_DIR/tak
 proxy's holds, named ``Class.attribute``, with its size). bench_soak diffs them over time: what
 grows with the number of sessions shows up as a named structure that keeps growing, a line of
 source whose allocations do, and a type whose count does.
+
+With ``INTERVAL_S`` > 0 the periodic samples are cheap and do not pause anything: only the native
+counters, appended as one JSON line to ``OUT_DIR/native.jsonl`` (bench_soak ``--native``): glibc's
+``mallinfo2()`` over all arenas (``uordblks``: bytes malloc has handed out and not had back, Python's
+objects included under ``PYTHONMALLOC=malloc``; ``fordblks``: free bytes malloc holds in its heaps;
+``hblkhd``: bytes in mmapped chunks), SQLite's own ``sqlite3_memory_used()`` (page caches,
+statements, schema: every connection of the process), and tracemalloc's traced total when it runs.
+What the heap gains is then either in use (``uordblks``; split into SQLite's and the rest) or free
+but kept (``fordblks``: fragmentation).
 """
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import sys
@@ -21,6 +31,7 @@ import time
 import traceback
 import tracemalloc
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 _CONTAINERS = (dict, list, set, frozenset, tuple, bytearray)
@@ -87,18 +98,83 @@ def _types() -> dict[str, object]:
     return {"counts": dict(counts.most_common(300)), "named": _named()}
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+
+def _native_counters() -> Callable[[], dict[str, int]]:
+    """A function reading the native counters (what this platform has of them)."""
+    readers: dict[str, Callable[[], int]] = {}
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = _MallInfo2
+        readers.update({f"malloc_{n}": (lambda n=n: getattr(libc.mallinfo2(), n))
+                        for n in ("arena", "hblkhd", "uordblks", "fordblks", "keepcost")})
+    except (OSError, AttributeError):  # not glibc, or older than 2.33
+        pass
+    try:  # jemalloc preloaded (bench --allocator jemalloc): its own counters, glibc's say nothing
+        mallctl = ctypes.CDLL(None).mallctl
+        mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                            ctypes.c_void_p, ctypes.c_size_t]
+
+        def jemalloc(stat: bytes) -> int:
+            epoch, value, size = ctypes.c_uint64(1), ctypes.c_size_t(0), ctypes.c_size_t(8)
+            mallctl(b"epoch", None, None, ctypes.byref(epoch), 8)  # refresh the statistics
+            mallctl(stat, ctypes.byref(value), ctypes.byref(size), None, 0)
+            return value.value
+
+        readers.update({f"jemalloc_{n}": (lambda n=n: jemalloc(f"stats.{n}".encode()))
+                        for n in ("allocated", "active", "resident", "retained")})
+        for name in [n for n in readers if n.startswith("malloc_")]:
+            del readers[name]
+    except AttributeError:
+        pass
+    try:
+        import sqlite3  # the module loads the same libsqlite3 the store uses
+
+        del sqlite3
+        lib = ctypes.CDLL("libsqlite3.so.0")
+        lib.sqlite3_memory_used.restype = ctypes.c_int64
+        readers["sqlite_memory_used"] = lib.sqlite3_memory_used
+    except OSError:  # SQLite linked statically into the module: its counters are not reachable
+        pass
+    if tracemalloc.is_tracing():
+        readers["tracemalloc_traced"] = lambda: tracemalloc.get_traced_memory()[0]
+        readers["tracemalloc_self"] = tracemalloc.get_tracemalloc_memory
+    readers["threads"] = threading.active_count
+    readers["gc_full_collections"] = lambda: gc.get_stats()[2]["collections"]
+    readers["gc_full_collected"] = lambda: gc.get_stats()[2]["collected"]
+
+    def read() -> dict[str, int]:
+        sample: dict[str, int] = {"t": int(time.time())}
+        for name, reader in readers.items():
+            sample[name] = int(reader())
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(("RssAnon:", "RssFile:")):
+                    sample[line.split(":")[0]] = int(line.split()[1]) * 1024
+        return sample
+
+    return read
+
+
 def _probe(out: Path, interval: float) -> None:
-    """Every ``interval`` seconds, or when bench_soak asks (``OUT_DIR/take-<k>``, written once the
-    load is paused and nothing is in flight: then only what the process keeps is measured)."""
+    """Every ``interval`` seconds the native counters (nothing paused); when bench_soak asks
+    (``OUT_DIR/take-<k>``, written once the load is paused and nothing is in flight) the full
+    measurement: then only what the process keeps is measured."""
     k = 0
     last = time.monotonic()
+    native = _native_counters()
     while True:
         time.sleep(0.2)
-        asked = out / f"take-{k + 1}"
-        if not asked.exists() and (interval <= 0 or time.monotonic() - last < interval):
+        if interval > 0 and time.monotonic() - last >= interval:
+            last = time.monotonic()
+            with (out / "native.jsonl").open("a") as log:
+                log.write(json.dumps(native()) + "\n")
+        if not (out / f"take-{k + 1}").exists():
             continue
         k += 1
-        last = time.monotonic()
         try:
             _measure(out, k)
         except Exception:  # reported in the proxy's log; the next snapshot is tried all the same
