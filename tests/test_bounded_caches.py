@@ -177,7 +177,8 @@ def test_a_plan_takes_at_most_its_figure_per_byte_of_json(transcript: dict[str, 
     each: their memory per byte of JSON."""
     from proxy.config.compaction import policy_from_config
     from proxy.replay.readers import load_conversation
-    from proxy.replay.runner import ExtractiveSummariser, run_replay
+    from proxy.replay.runner import run_replay
+    from proxy.replay.summarisers import ExtractiveSummariser
     from tests.shared_data import CC_TRANSCRIPT
 
     counter = TokenCounter()

@@ -26,15 +26,14 @@ from proxy.replay.readers import (
 )
 from proxy.replay.report import format_report, to_json
 from proxy.replay.runner import (
-    ExtractiveSummariser,
     ReplayResult,
-    UpstreamSummariser,
     policy_from_config,
     request_units,
     run_replay,
     shared_prefix_tokens,
     with_overrides,
 )
+from proxy.replay.summarisers import ExtractiveSummariser, UpstreamSummariser
 from tests.shared_data import CC_SESSION_FILE, CC_TRANSCRIPT
 from tests.upstream import FakeUpstream, Reply
 

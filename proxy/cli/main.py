@@ -136,14 +136,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
     from proxy.replay.readers import ReaderError, load_conversation
     from proxy.replay.report import PlotUnavailable, format_report, plot_tokens, write_json
-    from proxy.replay.runner import (
-        ExtractiveSummariser,
-        Summariser,
-        UpstreamSummariser,
-        policy_from_config,
-        run_replay,
-        with_overrides,
-    )
+    from proxy.replay.runner import policy_from_config, run_replay, with_overrides
+    from proxy.replay.summarisers import ExtractiveSummariser, Summariser, UpstreamSummariser
 
     try:
         config = load_config(config_path_from_env(args.config))
