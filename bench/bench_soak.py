@@ -182,7 +182,10 @@ def spawn_proxy(tmp: Path, cfg: Path, args: argparse.Namespace) -> Child:
         args.probe_dir = tmp / "probe"
         argv = [sys.executable, str(ROOT / "bench/soak_probe.py"), str(args.probe_dir),
                 str(args.native), str(args.find_frames if args.find or args.trace else 0), *argv[3:]]
-    return spawn_logged("proxy", argv, tmp, env=proxy_env(tmp, args.allocator))
+    env = proxy_env(tmp, args.allocator)
+    if args.native_collect:
+        env["SOAK_PROBE_COLLECT"] = "1"
+    return spawn_logged("proxy", argv, tmp, env=env)
 
 
 # --- the load --------------------------------------------------------------------------------
@@ -547,6 +550,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="every SECONDS, without pausing the load, read the proxy's native memory counters"
                         " (glibc's mallinfo2: in use and free in the heap; SQLite's memory used); at the"
                         " end, a table of them per minute")
+    p.add_argument("--native-collect", action="store_true",
+                   help="with --native: a full collection after each sample (is what the heap keeps garbage"
+                        " in reference cycles?), and the counters again after it")
     p.add_argument("--trace", action="store_true",
                    help="with --native: run the proxy under tracemalloc (--find-frames deep) so that Python's"
                         " share of the heap is known (slower)")

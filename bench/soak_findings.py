@@ -71,17 +71,24 @@ def native_report(probe: Path, minutes: float) -> list[dict[str, Any]]:
         if minute <= minutes:
             per_minute[minute] = {"minute": minute, **sample}
     rows = [per_minute[m] for m in sorted(per_minute)]
+    for row in rows:  # --native-collect: what was in use once the garbage in cycles was collected
+        after = row.pop("after_collect", None)
+        if after is not None:
+            in_use = "jemalloc_allocated" if "jemalloc_allocated" in after else "malloc_uordblks"
+            row["in_use_collected"] = after.get(in_use, 0)
     cols = [c for c in ("RssAnon", "malloc_arena", "malloc_hblkhd", "malloc_uordblks", "malloc_fordblks",
                         "jemalloc_allocated", "jemalloc_active", "jemalloc_resident", "sqlite_memory_used",
-                        "tracemalloc_traced", "tracemalloc_self") if c in rows[0]]
+                        "tracemalloc_traced", "tracemalloc_self", "in_use_collected") if c in rows[0]]
     print("--native: MB at each minute's last sample (uordblks: in use in malloc's heaps; fordblks: free"
           " but kept; hblkhd: mmapped chunks;"
-          " sqlite: SQLite's own allocations, inside uordblks; traced: Python's, with --trace; self: tracemalloc's own)")
+          " sqlite: SQLite's own allocations, inside uordblks; traced: Python's, with --trace; self: tracemalloc's own;"
+          " in_use_collected: in use right after a full collection, with --native-collect)")
     print("  min  " + "  ".join(f"{c.removeprefix('malloc_'):>12}" for c in cols)
           + "  threads  full collections (objects collected)")
     for row in rows:
         print(f"  {row['minute']:3d}  " + "  ".join(f"{row[c] / MB:12.1f}" for c in cols) + f"  {row['threads']:7d}"
-              + f"  {row.get('gc_full_collections', 0):5d} ({row.get('gc_full_collected', 0)})")
+              + f"  {row.get('gc_full_collections', 0):5d} ({row.get('gc_full_collected', 0)})"
+              + (f"  collected now: {row['collected_now']}" if "collected_now" in row else ""))
     half = rows[len(rows) // 2 - 1]
     last = rows[-1]
     print(f"--native: growth from minute {half['minute']} to {last['minute']}: " + ", ".join(

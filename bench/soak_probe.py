@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import json
+import os
 import sys
 import threading
 import time
@@ -159,7 +160,7 @@ def _native_counters() -> Callable[[], dict[str, int]]:
     return read
 
 
-def _probe(out: Path, interval: float) -> None:
+def _probe(out: Path, interval: float, collect: bool) -> None:
     """Every ``interval`` seconds the native counters (nothing paused); when bench_soak asks
     (``OUT_DIR/take-<k>``, written once the load is paused and nothing is in flight) the full
     measurement: then only what the process keeps is measured."""
@@ -170,8 +171,12 @@ def _probe(out: Path, interval: float) -> None:
         time.sleep(0.2)
         if interval > 0 and time.monotonic() - last >= interval:
             last = time.monotonic()
+            sample = native()
+            if collect:  # bench_soak --native-collect: is what the heap keeps garbage in cycles?
+                sample["collected_now"] = gc.collect()
+                sample["after_collect"] = native()
             with (out / "native.jsonl").open("a") as log:
-                log.write(json.dumps(native()) + "\n")
+                log.write(json.dumps(sample) + "\n")
         if not (out / f"take-{k + 1}").exists():
             continue
         k += 1
@@ -202,7 +207,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     if frames:
         tracemalloc.start(frames)
-    threading.Thread(target=_probe, args=(out, interval), daemon=True).start()
+    collect = os.environ.get("SOAK_PROBE_COLLECT") == "1"
+    threading.Thread(target=_probe, args=(out, interval, collect), daemon=True).start()
     from proxy.cli.main import main as proxy_main
 
     sys.exit(proxy_main(sys.argv[4:]))
