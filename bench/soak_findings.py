@@ -88,7 +88,8 @@ def native_report(probe: Path, minutes: float) -> list[dict[str, Any]]:
     for row in rows:
         print(f"  {row['minute']:3d}  " + "  ".join(f"{row[c] / MB:12.1f}" for c in cols) + f"  {row['threads']:7d}"
               + f"  {row.get('gc_full_collections', 0):5d} ({row.get('gc_full_collected', 0)})"
-              + (f"  collected now: {row['collected_now']}" if "collected_now" in row else ""))
+              + (f"  collected now: {row['collected_now']} in {row['collect_ms']} ms of {row['gc_tracked']} tracked"
+                 if "collected_now" in row else ""))
     half = rows[len(rows) // 2 - 1]
     last = rows[-1]
     print(f"--native: growth from minute {half['minute']} to {last['minute']}: " + ", ".join(

@@ -173,7 +173,10 @@ def _probe(out: Path, interval: float, collect: bool) -> None:
             last = time.monotonic()
             sample = native()
             if collect:  # bench_soak --native-collect: is what the heap keeps garbage in cycles?
+                started = time.perf_counter()
                 sample["collected_now"] = gc.collect()
+                sample["collect_ms"] = round((time.perf_counter() - started) * 1000, 1)
+                sample["gc_tracked"] = len(gc.get_objects())
                 sample["after_collect"] = native()
             with (out / "native.jsonl").open("a") as log:
                 log.write(json.dumps(sample) + "\n")
