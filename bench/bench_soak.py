@@ -532,7 +532,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--population", type=int, default=400, help="live conversations at once")
     p.add_argument("--threshold", type=int, default=12_000, help="compaction.threshold (tokens)")
     p.add_argument("--max-body", type=int, default=2 * MB, help="limits.max_body_bytes")
-    p.add_argument("--allocator", default="malloc", choices=("malloc", "pymalloc", "jemalloc", "malloc-mmap"))
+    p.add_argument("--allocator", default="jemalloc", choices=("malloc", "pymalloc", "jemalloc", "malloc-mmap"),
+                   help="the proxy's allocator (default: what the Docker image ships, jemalloc preloaded with"
+                        " PYTHONMALLOC=malloc)")
     p.add_argument("--rest", type=float, default=10.0, help="idle seconds after start-up")
     p.add_argument("--after", type=float, default=70.0,
                    help="idle seconds after the load and after the burst (the upstream pool closes idle"

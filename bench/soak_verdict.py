@@ -153,7 +153,7 @@ def report(res: dict[str, Any]) -> None:
     rows = res["minutes"]
     a = res["args"]
     print(f"soak: {a['minutes']} min at {a['rps']} req/s offered, population {a['population']}, "
-          f"threshold {a['threshold']}, PYTHONMALLOC={a['allocator']}; {res['sessions']} sessions, "
+          f"threshold {a['threshold']}, allocator {a['allocator']}; {res['sessions']} sessions, "
           f"{res['conversations']} conversations ({res['subagents']} subagents), "
           f"{res['durable']} durable facts; foreign load {res['load']}"
           f"; MALLOC_ARENA_MAX={os.environ.get('MALLOC_ARENA_MAX', 'unset')}")

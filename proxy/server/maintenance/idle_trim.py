@@ -22,6 +22,14 @@ free page wherever it lies: 1.06x rest. That costs latency (glibc makes and free
 more slowly): measured side by side in one run, ~0.1 ms on a 1 KB request and ~0.5-3 ms on a
 320 KB body never seen before (bench/README.md, third pass). The Docker image sets it;
 :func:`small_object_allocator` says which one runs, and the poll logs it once at start-up.
+
+Under a steady load that never stops, though, glibc's heap fragments: in a 30-minute soak
+(bench/bench_soak.py ``--native``) the bytes it had handed out levelled off once the caches were
+full while the free bytes it kept between them went on growing (``fordblks`` 34 -> 58 MB over
+the second half), and RSS with them. With jemalloc in place of glibc's malloc (preloaded:
+``LD_PRELOAD=libjemalloc.so.2``, what the Docker image does) the heap levels off with the caches.
+Then the release purges jemalloc's arenas (``mallctl("arena.<all>.purge")``) instead of
+``malloc_trim``, which would not see its memory.
 """
 
 from __future__ import annotations
@@ -102,12 +110,35 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 _TRIM = _malloc_trim()
 
+# jemalloc's "all arenas" index (MALLCTL_ARENAS_ALL)
+_ALL_ARENAS = 4096
+
+
+def _jemalloc_purge() -> Callable[[], int] | None:
+    """A function purging every jemalloc arena (their dirty pages back to the system at once),
+    when jemalloc is this process's malloc (preloaded); else ``None``."""
+    try:
+        mallctl = ctypes.CDLL(None).mallctl
+    except (OSError, AttributeError):
+        return None
+    mallctl.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    mallctl.restype = ctypes.c_int
+    name = f"arena.{_ALL_ARENAS}.purge".encode()
+    return lambda: int(mallctl(name, None, None, None, 0))
+
+
+_PURGE = _jemalloc_purge()
+
 
 def small_object_allocator() -> str:
-    """``"pymalloc"`` (Python's arenas) or ``"malloc"`` (``PYTHONMALLOC=malloc``: glibc's heap).
+    """``"pymalloc"`` (Python's arenas), ``"malloc"`` (``PYTHONMALLOC=malloc``: glibc's heap) or
+    ``"jemalloc"`` (``PYTHONMALLOC=malloc`` with jemalloc preloaded in place of glibc's malloc).
 
-    Read from the interpreter, not the environment: without pymalloc it counts no blocks."""
-    return "pymalloc" if sys.getallocatedblocks() else "malloc"
+    Read from the interpreter, not the environment: without pymalloc it counts no blocks, and
+    jemalloc is there when its ``mallctl`` is."""
+    if sys.getallocatedblocks():
+        return "pymalloc"
+    return "jemalloc" if _PURGE is not None else "malloc"
 
 
 def rss_bytes() -> int | None:
@@ -123,10 +154,14 @@ def rss_bytes() -> int | None:
 
 
 def release_memory() -> bool:
-    """A full collection, then ``malloc_trim(0)`` where there is one; ``True`` if it trimmed."""
+    """A full collection, then jemalloc's purge or glibc's ``malloc_trim(0)``, whichever this
+    process's malloc is; ``True`` if one of them ran."""
     before = rss_bytes()
     unreachable = gc.collect()
-    trimmed = _TRIM is not None and _TRIM(0) >= 0
+    if _PURGE is not None:
+        trimmed = _PURGE() == 0
+    else:
+        trimmed = _TRIM is not None and _TRIM(0) >= 0
     after = rss_bytes()
     if before is not None and after is not None:
         # one line per busy period: what the collection found and what RSS came back (garbage
@@ -146,12 +181,22 @@ async def release_when_idle(
 ) -> None:
     """Poll ``state.inflight`` until cancelled; ``release()`` when ``schedule`` says so."""
     schedule = schedule or TrimSchedule()
-    if small_object_allocator() == "malloc":
-        log.info("small objects from malloc (PYTHONMALLOC=malloc): memory goes back after a burst")
+    allocator = small_object_allocator()
+    if allocator == "jemalloc":
+        log.info(
+            "small objects from jemalloc (PYTHONMALLOC=malloc, jemalloc preloaded): memory levels "
+            "off under a steady load and goes back after a burst"
+        )
+    elif allocator == "malloc":
+        log.info(
+            "small objects from glibc's malloc (PYTHONMALLOC=malloc): memory goes back after a "
+            "burst, but under a steady load the heap fragments and grows (preload jemalloc, as "
+            "the Docker image does: docs/operations/memory.md)"
+        )
     else:
         log.info(
             "small objects from pymalloc: after a burst ~1.3x the memory at rest stays "
-            "(set PYTHONMALLOC=malloc, as the Docker image does, to give it back)"
+            "(set PYTHONMALLOC=malloc and preload jemalloc, as the Docker image does)"
         )
     while True:
         await asyncio.sleep(poll_seconds)
