@@ -6,11 +6,17 @@ COPY proxy ./proxy
 RUN pip install --no-cache-dir ".[tracing]"
 COPY examples/docker.yaml /etc/context-proxy/config.yaml
 ENV CONTEXT_PROXY_CONFIG=/etc/context-proxy/config.yaml
-# Small objects from glibc, not Python's arenas: after a burst of streams the idle step's
-# malloc_trim gives the memory back (1.06x rest instead of 1.3x; bench/bench_memory.py). It costs
-# ~0.1 ms on a small request and ~0.5-3 ms on a large never-seen body (bench/README.md): unset it
-# where latency matters more than the memory a burst leaves behind.
+# Small objects from malloc, not Python's arenas: after a burst of streams the idle step gives
+# the memory back (1.02-1.06x rest instead of 1.3x; bench/bench_memory.py, bench/bench_soak.py).
+# And that malloc is jemalloc, not glibc's: under a steady load glibc's heap fragments and grows
+# on (+10-14 % over a 30-minute soak's second half), jemalloc's levels off with the caches
+# (bench/README.md, "bench/bench_soak.py"). The link in /usr/local/lib names it on any architecture.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libjemalloc2 \
+ && rm -rf /var/lib/apt/lists/* \
+ && ln -s "$(ls /usr/lib/*-linux-gnu/libjemalloc.so.2)" /usr/local/lib/libjemalloc.so.2
 ENV PYTHONMALLOC=malloc
+ENV LD_PRELOAD=/usr/local/lib/libjemalloc.so.2
 VOLUME /var/lib/context-proxy
 EXPOSE 8080
 # `docker run` and compose: healthy once listening (compose's replicas probe /readyz themselves)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
 import hashlib
 import json
 import os
@@ -324,7 +325,8 @@ def allocator_env(allocator: str) -> dict[str, str]:
     return env
 
 
-JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"  # Debian's libjemalloc2
+# Debian's libjemalloc2 (what the Docker image preloads), on this machine's architecture
+JEMALLOC = next(iter(sorted(glob.glob("/usr/lib/*-linux-gnu/libjemalloc.so.2"))), "libjemalloc.so.2")
 
 
 def spawn_logged(name: str, argv: list[str], tmp: Path, url: str = "", env: dict[str, str] | None = None) -> Child:

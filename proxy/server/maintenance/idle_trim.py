@@ -189,7 +189,7 @@ async def release_when_idle(
         )
     elif allocator == "malloc":
         log.info(
-            "small objects from glibc's malloc (PYTHONMALLOC=malloc): memory goes back after a "
+            "small objects from malloc (glibc's, PYTHONMALLOC=malloc): memory goes back after a "
             "burst, but under a steady load the heap fragments and grows (preload jemalloc, as "
             "the Docker image does: docs/operations/memory.md)"
         )
