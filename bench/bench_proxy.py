@@ -234,9 +234,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help=f"comma-separated rows or families to run (default: {ALL_ROWS}); e.g. session_spaced, cold")
     p.add_argument("--styles", default=",".join(workloads.STYLES),
                    help=f"JSON styles of the session and cold rows (default: {','.join(workloads.STYLES)})")
-    p.add_argument("--allocator", choices=("malloc", "pymalloc", "jemalloc", "malloc-mmap"), default="malloc",
-                   help="the proxy's small-object allocator (PYTHONMALLOC): malloc as the Docker image ships it "
-                        "(default), or Python's own")
+    p.add_argument("--allocator", choices=("malloc", "pymalloc", "jemalloc", "malloc-mmap"), default="jemalloc",
+                   help="the proxy's allocator: jemalloc preloaded with PYTHONMALLOC=malloc, as the Docker image "
+                        "ships it (default); glibc's malloc (PYTHONMALLOC=malloc); Python's own (pymalloc)")
     p.add_argument("--baseline-root", default="", metavar="PATH",
                    help="also run the proxy from another checkout (e.g. `git worktree add /tmp/base <commit>`) as "
                         "the target 'baseline', interleaved with this one: a before/after in one run")
