@@ -112,9 +112,12 @@ def verdict(res: dict[str, Any]) -> list[tuple[str, bool, str]]:
         mid, end = rows[n // 2 - 1]["rss_mb"], rows[-1]["rss_mb"]
         growth = (end - mid) / mid
         slope = fitted_growth([r["rss_median_mb"] for r in rows[n // 2 - 1:]])
+        # the last third too (not a goal): whether RSS has levelled off once the caches are full
+        last_third = fitted_growth([r["rss_median_mb"] for r in rows[n - n // 3 - 1:]])
         out.append(("RSS over the second half", growth < GOAL_SECOND_HALF,
                     f"{mid:.1f} -> {end:.1f} MB ({growth:+.1%}; goal < {GOAL_SECOND_HALF:.0%}); the"
-                    f" minutes' medians fitted by a line: {slope:+.1%}"))
+                    f" minutes' medians fitted by a line: {slope:+.1%}; over the last third"
+                    f" (minute {n - n // 3} on): {last_third:+.1%}"))
         half = rows[n // 2:]
         # each minute's least count: a handle left open raises it for good; the exports' and
         # artifacts' files open for a moment do not
