@@ -9,7 +9,7 @@ ENV CONTEXT_PROXY_CONFIG=/etc/context-proxy/config.yaml
 # Small objects from malloc, not Python's arenas: after a burst of streams the idle step gives
 # the memory back (1.02-1.06x rest instead of 1.3x; bench/bench_memory.py, bench/bench_soak.py).
 # And that malloc is jemalloc, not glibc's: under a steady load glibc's heap fragments and grows
-# on (+10-14 % over a 30-minute soak's second half), jemalloc's levels off with the caches
+# on (+6-14 % over a 30-minute soak's second half), jemalloc's levels off with the caches
 # (bench/README.md, "bench/bench_soak.py"). The link in /usr/local/lib names it on any architecture.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends libjemalloc2 \

@@ -25,7 +25,7 @@ more slowly): measured side by side in one run, ~0.1 ms on a 1 KB request and ~0
 
 Under a steady load that never stops, though, glibc's heap fragments: in a 30-minute soak
 (bench/bench_soak.py ``--native``) the bytes it had handed out levelled off once the caches were
-full while the free bytes it kept between them went on growing (``fordblks`` 34 -> 58 MB over
+full while the free bytes it kept between them went on growing (``fordblks`` 37 -> 52 MB over
 the second half), and RSS with them. With jemalloc in place of glibc's malloc (preloaded:
 ``LD_PRELOAD=libjemalloc.so.2``, what the Docker image does) the heap levels off with the caches.
 Then the release purges jemalloc's arenas (``mallctl("arena.<all>.purge")``) instead of
