@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from proxy.config.settings import Config
+from proxy.core.catalogue_data import REPLAY_MODEL
 from proxy.server.appkeys import ProxyState
 from proxy.server.http.metrics import new_metrics
 from proxy.server.ledger import LedgerRecorder
@@ -24,7 +25,8 @@ from proxy.server.maintenance import idle_trim
 from proxy.server.maintenance.idle_trim import TrimSchedule, release_memory, release_when_idle
 from proxy.store import open_store
 from proxy.store.usage import UsageQuery
-from tests.harness import LoopThread
+from tests.harness import ListeningProcess, LoopThread
+from tests.upstream import FakeUpstream, Reply, Stream, message_json, text_stream_events
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -250,3 +252,33 @@ def test_the_poll_says_which_allocator_runs(
     said = [r.getMessage() for r in caplog.records if r.name == "context_proxy.memory"]
     assert len(said) == 1
     assert said[0].startswith(f"small objects from {idle_trim.small_object_allocator()}")
+
+
+def test_the_official_sdk_through_a_proxy_running_as_the_image_runs_it(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    """The image's allocator is process-wide: the proxy started with the image's environment
+    (``PYTHONMALLOC=malloc``, jemalloc preloaded) answers the anthropic SDK, a message and a
+    stream, with the bytes the upstream sent, forwards the client's body, and says at start-up
+    that jemalloc runs."""
+    import anthropic
+
+    config = tmp_path / "proxy.yaml"
+    config.write_text(f"upstream: {{base_url: '{upstream.url}'}}\nstate_dir: '{tmp_path}'\n")
+    env = {k: v for k, v in _jemalloc_env().items() if k in ("PYTHONMALLOC", "LD_PRELOAD")}
+    process = ListeningProcess(["serve", "--config", str(config), "--port", "0"], env=env)
+    try:
+        upstream.script(Reply(message_json("answered under jemalloc")), Stream(text_stream_events("streamed")))
+        client = anthropic.Anthropic(base_url=process.url, api_key="sk-ant-test-jemalloc", max_retries=0)
+        messages = [{"role": "user", "content": "hello"}]
+        message = client.messages.create(model=REPLAY_MODEL, max_tokens=64, messages=messages)  # type: ignore[arg-type]
+        with client.messages.stream(model=REPLAY_MODEL, max_tokens=64, messages=messages) as stream:  # type: ignore[arg-type]
+            streamed = "".join(stream.text_stream)
+        client.close()
+    finally:
+        process.stop()
+    assert [b.text for b in message.content if b.type == "text"] == ["answered under jemalloc"]
+    assert streamed == "streamed"
+    sent = [r.json() for r in upstream.requests]
+    assert [(s["model"], s["messages"]) for s in sent] == [(REPLAY_MODEL, messages)] * 2
+    assert any("small objects from jemalloc" in line for line in process.lines), process.lines
