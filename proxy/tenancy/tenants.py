@@ -198,5 +198,3 @@ def _match(secret: str, candidates: Iterable[tuple[Tenant, bytes]]) -> Tenant | 
             found = tenant
     return found
 
-
-# --- the file format ----------------------------------------------------------------------------
