@@ -30,10 +30,11 @@ from proxy.core.durable import (
     kind_of,
 )
 
-__all__ = ["change_from_json", "change_to_json", "changes_from_json"]
+__all__ = ["RETIRE_FIELDS", "change_from_json", "change_to_json", "changes_from_json", "item_json"]
 
 
-def _item_json(item: Item) -> dict[str, Any]:
+def item_json(item: Item) -> dict[str, Any]:
+    """An item's fields as JSON (every field, by name)."""
     return {f.name: getattr(item, f.name) for f in fields(item)}
 
 
@@ -47,11 +48,12 @@ def change_to_json(change: Change) -> dict[str, Any]:
             "retired_at": change.retired_at,
         }
     op = "create" if isinstance(change, Create) else "update"
-    return {"op": op, "kind": kind_of(change.item), "item": _item_json(change.item)}
+    return {"op": op, "kind": kind_of(change.item), "item": item_json(change.item)}
 
 
 _OPS = ("create", "update", "retire")
-_RETIRE_KEYS = ("source", "retired_at")
+#: What a retire carries besides its kind and id.
+RETIRE_FIELDS = ("source", "retired_at")
 
 
 def _keys(
@@ -79,7 +81,7 @@ def _change_or_errors(obj: object, prefix: str) -> Change | list[FieldError]:
     if errors:
         return errors
     if op == "retire":
-        errors = _keys(obj, ("op", "kind", "id", *_RETIRE_KEYS), (), prefix)
+        errors = _keys(obj, ("op", "kind", "id", *RETIRE_FIELDS), (), prefix)
         if errors:
             return errors
         return Retire(kind, obj["id"], obj["source"], obj["retired_at"])

@@ -30,7 +30,6 @@ from proxy.core.durable import (
     DurableState,
     FieldError,
     InvalidWrite,
-    Item,
     Kind,
     PendingItem,
     Record,
@@ -39,7 +38,7 @@ from proxy.core.durable import (
     validate_changes,
     validate_item,
 )
-from proxy.core.durable_json import change_from_json, change_to_json
+from proxy.core.durable_json import RETIRE_FIELDS, change_from_json, change_to_json, item_json
 from proxy.core.errors import NotFound
 from proxy.server.admin.wire import PREFIX, failed, json_object, json_response, session_of
 from proxy.server.appkeys import STORE
@@ -52,7 +51,6 @@ __all__ = [
     "MAX_CHANGES",
     "create_item",
     "get_item",
-    "item_json",
     "patch_item",
     "post_changes",
     "record_json",
@@ -66,7 +64,6 @@ MAX_CHANGES = 1000
 
 KIND_PATHS: Mapping[str, Kind] = {"facts": "fact", "pending": "pending", "evidence": "evidence"}
 KIND_PATTERN = "|".join(KIND_PATHS)
-_RETIRE_FIELDS = ("source", "retired_at")
 
 
 def _kind(request: web.Request) -> Kind:
@@ -74,10 +71,6 @@ def _kind(request: web.Request) -> Kind:
 
 
 # --- JSON views ------------------------------------------------------------------------------
-
-
-def item_json(item: Item) -> dict[str, Any]:
-    return dataclasses.asdict(item)
 
 
 def record_json(record: Record) -> dict[str, Any]:
@@ -311,8 +304,8 @@ async def retire_item(request: web.Request, tenant: Tenant) -> web.StreamRespons
     body = await json_object(request)
     store = request.app[STORE]
     state, record = await _existing(store, tenant, session, kind, item_id)
-    unknown = [FieldError(key, "unknown field") for key in body if key not in _RETIRE_FIELDS]
-    known = {key: value for key, value in body.items() if key in _RETIRE_FIELDS}
+    unknown = [FieldError(key, "unknown field") for key in body if key not in RETIRE_FIELDS]
+    known = {key: value for key, value in body.items() if key in RETIRE_FIELDS}
     change = _one_change({**known, "op": "retire", "kind": kind, "id": item_id}, state, unknown)
     version = await _write_one(store, tenant, session, change)
     return json_response(record_json(Record(kind, item_id, version, record.item, retired=True)))
