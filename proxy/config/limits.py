@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from proxy.config.schema import check, positive
+from proxy.config.schema import check, non_negative, positive
 
 
 def _cache_bound(value: int) -> str | None:
@@ -142,5 +142,19 @@ class LimitsConfig:
             doc="Tenant and model pairs whose real/estimate token ratio the process keeps (~720 bytes"
             " each). A miss: the figure is read from the store again (the default ratio when it has"
             " none).",
+        ),
+    )
+    cache_idle_seconds: float = field(
+        default=600.0,
+        metadata=check(
+            non_negative,
+            doc="What is kept per conversation or session (the body memo, compaction plans, durable"
+            " states, transcript export marks) is forgotten after this many seconds without a turn of"
+            " that conversation, so memory follows the conversations still going, not every one"
+            " seen since start (checked every tenth of it, at most every minute). Ten minutes: past"
+            " the provider's default prompt-cache lifetime (5 minutes), when a returning turn pays"
+            " for its prefix anyway; a forgotten entry costs only its miss (a parse, one store read)."
+            " Thinking records, token counts and source checks are kept until their bounds push them"
+            " out. `0` forgets nothing when idle.",
         ),
     )

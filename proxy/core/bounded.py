@@ -18,8 +18,15 @@ its entry bound times ``entry_bytes`` (the measured memory one entry takes, book
 weight bound times ``weight_factor`` (the memory per byte of weight: a parsed body takes several
 times its text).
 
-Pure: no clock (an owner that expires entries keeps the time in the value and passes ``now`` to
-its own check), no lock (an owner shared by threads holds its own lock around every call).
+An entry kept per conversation or session may also be *forgotten when idle*
+(``idle_forget=True``; ``limits.cache_idle_seconds``): :meth:`Bounded.forget_idle` drops the
+entries nobody used for that long, so the memory follows the conversations still going rather
+than every one the process has seen (``expired`` counts them, apart from the evictions).
+
+Pure: no clock (the sweep passes ``now``; an entry is stamped with the ``now`` of the last sweep,
+so idleness is measured to within the sweeps' interval, and an owner that expires entries by
+their own age keeps the time in the value), no lock (an owner shared by threads holds its own
+lock around every call).
 """
 
 from __future__ import annotations
@@ -51,6 +58,8 @@ class CacheView(Protocol):
     def bound_bytes(self) -> int: ...
     @property
     def evictions(self) -> int: ...
+    @property
+    def expired(self) -> int: ...
 
 
 class Bounded(Generic[K, V]):
@@ -63,16 +72,23 @@ class Bounded(Generic[K, V]):
     ``spare_newest``: the weight bound never pushes out the entry put last (the one in use now),
     though it alone may pass the bound; the entry bound still applies (unless it is 0: then the
     newest is all it keeps).
+
+    ``idle_forget``: each ``put`` and each ``get`` that finds its key stamps the entry with
+    ``clock`` (the ``now`` of the last :meth:`forget_idle`), and :meth:`forget_idle` drops the
+    entries stamped too long ago (``on_evict`` is called for them too).
     """
 
     __slots__ = (
         "_data",
         "_on_evict",
         "_spare_newest",
+        "_stamps",
         "_weight",
         "_weights",
+        "clock",
         "entry_bytes",
         "evictions",
+        "expired",
         "max_entries",
         "max_weight",
         "name",
@@ -89,6 +105,7 @@ class Bounded(Generic[K, V]):
         weight_factor: float = 1.0,
         on_evict: Callable[[K, V], object] | None = None,
         spare_newest: bool = False,
+        idle_forget: bool = False,
     ) -> None:
         if max_entries < 0 or (max_weight is not None and max_weight < 0):
             raise ValueError(f"{name}: bounds must be >= 0")
@@ -98,6 +115,9 @@ class Bounded(Generic[K, V]):
         self.entry_bytes = entry_bytes
         self.weight_factor = weight_factor
         self.evictions = 0
+        self.expired = 0
+        self.clock = 0.0
+        self._stamps: dict[K, float] | None = {} if idle_forget else None
         self._data: OrderedDict[K, V] = OrderedDict()
         self._weights: dict[K, int] | None = {} if max_weight is not None else None
         self._weight = 0
@@ -121,6 +141,8 @@ class Bounded(Generic[K, V]):
         found = self._data.get(key)
         if found is not None:
             self._data.move_to_end(key)
+            if self._stamps is not None:
+                self._stamps[key] = self.clock
         return found
 
     def peek(self, key: K) -> V | None:
@@ -132,9 +154,12 @@ class Bounded(Generic[K, V]):
         data = self._data
         found = list(map(data.get, keys))
         touch = data.move_to_end
+        stamps, clock = self._stamps, self.clock
         for key, value in zip(keys, found, strict=True):
             if value is not None:
                 touch(key)
+                if stamps is not None:
+                    stamps[key] = clock
         return found
 
     def peek_many(self, keys: Iterable[K]) -> list[V | None]:
@@ -179,6 +204,8 @@ class Bounded(Generic[K, V]):
             weights[key] = weight
         data[key] = value
         data.move_to_end(key)
+        if self._stamps is not None:
+            self._stamps[key] = self.clock
         if len(data) > self.max_entries or (
             weights is not None and self.max_weight is not None and self._weight > self.max_weight
         ):
@@ -208,19 +235,57 @@ class Bounded(Generic[K, V]):
         """Make ``key`` the most recently used, if present."""
         if key in self._data:
             self._data.move_to_end(key)
+            if self._stamps is not None:
+                self._stamps[key] = self.clock
 
     def pop(self, key: K) -> V | None:
         """Remove ``key`` (not an eviction); its value, or ``None``."""
         value = self._data.pop(key, None)
-        if value is not None and self._weights is not None:
-            self._weight -= self._weights.pop(key, 0)
+        if value is not None:
+            self._forget_key(key)
         return value
 
     def clear(self) -> None:
         self._data.clear()
         if self._weights is not None:
             self._weights.clear()
+        if self._stamps is not None:
+            self._stamps.clear()
         self._weight = 0
+
+    def forget_idle(self, now: float, idle: float) -> int:
+        """Drop the entries not used since ``now - idle`` (as far as the stamps tell: an entry
+        used since the last call carries that call's ``now``); the count dropped. Then ``now``
+        stamps what is used until the next call. The first call only sets the clock (what was
+        kept before it has no time yet). Nothing without ``idle_forget``."""
+        stamps = self._stamps
+        if stamps is None:
+            return 0
+        first, self.clock = self.clock == 0.0, now
+        if first:
+            for key in stamps:
+                stamps[key] = now
+            return 0
+        data, cutoff, dropped = self._data, now - idle, 0
+        # the order is the order of use, so the stamps never decrease along it: the walk stops at
+        # the first entry used recently enough
+        while data:
+            key = next(iter(data))
+            if stamps.get(key, now) >= cutoff:
+                break
+            value = data.pop(key)
+            self._forget_key(key)
+            dropped += 1
+            if self._on_evict is not None:
+                self._on_evict(key, value)
+        self.expired += dropped
+        return dropped
+
+    def _forget_key(self, key: K) -> None:
+        if self._weights is not None:
+            self._weight -= self._weights.pop(key, 0)
+        if self._stamps is not None:
+            self._stamps.pop(key, None)
 
     def _evict(self) -> None:
         data, weights = self._data, self._weights
@@ -230,8 +295,7 @@ class Bounded(Generic[K, V]):
             or (weights is not None and self.max_weight is not None and self._weight > self.max_weight)
         ):
             key, value = data.popitem(last=False)
-            if weights is not None:
-                self._weight -= weights.pop(key, 0)
+            self._forget_key(key)
             self.evictions += 1
             if self._on_evict is not None:
                 self._on_evict(key, value)
@@ -244,6 +308,7 @@ class FunctionMemo:
 
     max_weight = None
     weight = 0
+    expired = 0  # content-keyed: nothing of one conversation to forget when it goes idle
 
     def __init__(self, name: str, function: Any, entry_bytes: int) -> None:
         self.name = name

@@ -198,6 +198,7 @@ class BodyMemo:
             max_weight=max_bytes,
             weight_factor=MEMORY_PER_TEXT_BYTE,
             on_evict=self._unindex,
+            idle_forget=True,
         )
         self._by_probe: dict[tuple[str, int], list[_Entry]] = {}
         self._key = secrets.token_hex(16).encode()  # the continuation's key; see the module doc
@@ -211,6 +212,11 @@ class BodyMemo:
     def size(self) -> int:
         """Bytes of text remembered."""
         return self.entries.weight
+
+    def forget_idle(self, now: float, idle: float) -> int:
+        """Forget the bodies of conversations with no turn for ``idle`` seconds (their next
+        turn, if any, is parsed whole); the count forgotten."""
+        return self.entries.forget_idle(now, idle)
 
     # --- parsing ---------------------------------------------------------------------------
 

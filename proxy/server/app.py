@@ -10,6 +10,8 @@ I/O.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -60,6 +62,8 @@ from proxy.server.http.listeners import LISTENERS, Listeners, listener_middlewar
 from proxy.server.http.metrics import CONTENT_TYPE, new_metrics
 from proxy.server.http.readiness import StoreReadiness
 from proxy.server.ledger import LEDGER, LedgerRecorder
+from proxy.server.maintenance.idle_caches import forget_when_idle
+from proxy.server.maintenance.idle_trim import release_memory
 from proxy.server.maintenance.retention import retention_ctx
 from proxy.server.messages import handle_messages, route_of, upstream_headers
 from proxy.server.quota import QUOTA, QUOTA_TICKET, QuotaKeeper
@@ -306,6 +310,28 @@ async def _upstream_session(app: web.Application) -> AsyncIterator[None]:
         await session.close()
 
 
+async def _forget_idle(app: web.Application) -> AsyncIterator[None]:
+    """Forget what is kept per conversation once it has gone idle (``limits.cache_idle_seconds``):
+    started after the store opened, stopped before it closes."""
+    task = asyncio.get_running_loop().create_task(forget_when_idle(
+        (
+            app[BODIES].forget_idle,
+            app[COMPACTION].plans.forget_idle,
+            app[STORE].forget_idle_states,
+            app[DURABLE].forget_idle,
+        ),
+        app[CONFIG].limits.cache_idle_seconds,
+        app[STATE],
+        release=release_memory,
+    ))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def _on_shutdown(app: web.Application) -> None:
     app[STATE].draining = True
 
@@ -339,6 +365,7 @@ def build_app(config: Config) -> web.Application:
         app.cleanup_ctx.append(tracing_ctx)  # first in, last out: after every request's spans
     app.cleanup_ctx.append(_upstream_session)
     app.cleanup_ctx.append(retention_ctx)  # after the store opens, stopped before it closes
+    app.cleanup_ctx.append(_forget_idle)
     app.on_shutdown.append(_on_shutdown)
     app.router.add_route("HEAD", "/", handle_head_root, name="root")
     app.router.add_get("/healthz", handle_healthz, name="healthz", allow_head=True)

@@ -226,7 +226,7 @@ class ExportMarks:
 
     def __init__(self, max_files: int = 4096) -> None:
         self.files: Bounded[tuple[str, str], Mark] = Bounded(
-            "transcript_exports", max_files, entry_bytes=MARK_BYTES
+            "transcript_exports", max_files, entry_bytes=MARK_BYTES, idle_forget=True
         )
         self._lock = threading.Lock()
 
@@ -241,6 +241,11 @@ class ExportMarks:
     def pop(self, key: tuple[str, str]) -> None:
         with self._lock:
             self.files.pop(key)
+
+    def forget_idle(self, now: float, idle: float) -> int:
+        """Forget the marks of files not exported to for ``idle`` seconds."""
+        with self._lock:
+            return self.files.forget_idle(now, idle)
 
 
 def export_session(

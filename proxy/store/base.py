@@ -72,7 +72,8 @@ class Store(Protocol):
     ``health`` holds what its operations found (``proxy.store.health``): ``/readyz`` answers
     from it, and callers report what an outage cost them through it, one line per interval.
     ``states`` is the folded durable state of the sessions used last (bounded; the app sets its
-    bound from ``limits.durable_states``).
+    bound from ``limits.durable_states``, and forgets idle sessions' after
+    ``limits.cache_idle_seconds``).
     """
 
     health: StoreHealth
@@ -85,6 +86,10 @@ class Store(Protocol):
 
         Returns the item version each change produced. Raises ``InvalidWrite``.
         """
+        ...
+
+    def forget_idle_states(self, now: float, idle: float) -> int:
+        """Forget the folded states (``states``) of sessions idle for ``idle`` seconds."""
         ...
 
     async def current_state(self, tenant: str, session: str) -> DurableState: ...

@@ -69,6 +69,12 @@ class DurableFamily(Jobs):
         with self._states_lock:
             return self.states.fold(tenant, session, base, rows)
 
+    def forget_idle_states(self, now: float, idle: float) -> int:
+        """Forget the folded states of sessions not read or written for ``idle`` seconds (their
+        next read folds their history again); the count forgotten."""
+        with self._states_lock:
+            return self.states.cache.forget_idle(now, idle)
+
     def _forget_states(self) -> None:
         with self._states_lock:
             self.states.clear()

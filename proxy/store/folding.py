@@ -65,12 +65,12 @@ class StateCache:
 
     def __init__(self, sessions: int = 512) -> None:
         self.cache: Bounded[tuple[str, str], tuple[int, DurableState]] = Bounded(
-            "durable_states", sessions, entry_bytes=STATE_BYTES
+            "durable_states", sessions, entry_bytes=STATE_BYTES, idle_forget=True
         )
 
     def get(self, tenant: str, session: str) -> tuple[int, DurableState]:
         """The cached fold: the last ``seq`` folded and the state (``0``: nothing cached)."""
-        return self.cache.peek((tenant, session)) or (0, EMPTY_STATE)
+        return self.cache.get((tenant, session)) or (0, EMPTY_STATE)
 
     def fold(
         self,

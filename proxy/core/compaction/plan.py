@@ -318,9 +318,11 @@ class PlanCache:
             # the conversation being served keeps its plans, whatever their size: compaction
             # reads them from here after the store read-through (else: compacted anew each turn)
             spare_newest=True,
+            idle_forget=True,
         )
         self._size = 0
         self.evictions = 0
+        self.expired = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -350,6 +352,17 @@ class PlanCache:
     def _evicted(self, _key: tuple[str, str], group: list[_Slot]) -> None:
         self._size -= len(group)
         self.evictions += len(group)
+
+    def forget_idle(self, now: float, idle: float) -> int:
+        """Forget the plans of conversations with no turn for ``idle`` seconds (read back from
+        the store if they come back); the count of plans forgotten."""
+        with self._lock:
+            size = self._size
+            self._groups.forget_idle(now, idle)
+            gone = size - self._size
+            self.evictions -= gone  # ``_evicted`` counted them: they expired, no bound pushed them
+            self.expired += gone
+            return gone
 
     # --- lookups ---
 

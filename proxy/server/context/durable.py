@@ -197,6 +197,10 @@ class DurableContext:
         """What the durable context keeps per session or pointer (for the metrics)."""
         return (self._marks.files, *self.checks.caches())
 
+    def forget_idle(self, now: float, idle: float) -> int:
+        """Forget where the exports left the files of sessions idle for ``idle`` seconds."""
+        return self._marks.forget_idle(now, idle)
+
     async def injection(self, tenant: str, policy: SourcePolicy, session: str) -> Injection:
         try:
             with spans.span(spans.STORE_READ, {"context_proxy.store.kind": "durable_state"}):

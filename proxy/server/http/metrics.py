@@ -10,7 +10,7 @@ serves it apart from the client port).
 The bounded caches (``proxy.core.bounded``) are read when scraped, not on the request path:
 ``context_proxy_cache_entries``, ``_max_entries``, ``_weight_bytes`` / ``_max_weight_bytes`` (the
 caches bounded by the bytes of text they hold), ``_bound_bytes`` (the documented memory at the
-bound) and ``_evictions_total``, each by ``cache``.
+bound), ``_evictions_total`` and ``_expired_total`` (forgotten when idle), each by ``cache``.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class CacheMetrics:
         self,
     ) -> tuple[
         GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily,
-        GaugeMetricFamily, CounterMetricFamily,
+        GaugeMetricFamily, CounterMetricFamily, CounterMetricFamily,
     ]:
         return (
             GaugeMetricFamily("context_proxy_cache_entries", "Entries a bounded cache holds now.",
@@ -113,6 +113,9 @@ class CacheMetrics:
                               labels=["cache"]),
             CounterMetricFamily("context_proxy_cache_evictions",
                                 "Entries a cache dropped to stay within its bounds.", labels=["cache"]),
+            CounterMetricFamily("context_proxy_cache_expired",
+                                "Entries a cache forgot because their conversation went idle"
+                                " (limits.cache_idle_seconds).", labels=["cache"]),
         )
 
     def describe(self) -> Iterator[Metric]:
@@ -120,7 +123,7 @@ class CacheMetrics:
 
     def collect(self) -> Iterator[Metric]:
         families = self._families()
-        entries, max_entries, weight, max_weight, bound, evictions = families
+        entries, max_entries, weight, max_weight, bound, evictions, expired = families
         for cache in self.caches:
             label = [cache.name]
             entries.add_metric(label, len(cache))
@@ -130,6 +133,7 @@ class CacheMetrics:
                 max_weight.add_metric(label, cache.max_weight)
             bound.add_metric(label, cache.bound_bytes)
             evictions.add_metric(label, cache.evictions)
+            expired.add_metric(label, cache.expired)
         return iter(families)
 
 
