@@ -152,7 +152,8 @@ def write_config(tmp: Path, upstream: str, bedrock: str, args: argparse.Namespac
         "auth": {"mode": "keys"},
         "policies_dir": str(policies),
         "compaction": {"threshold": args.threshold},
-        "limits": {"max_body_bytes": args.max_body},
+        "limits": {"max_body_bytes": args.max_body,
+                   **({"cache_idle_seconds": args.idle_caches} if args.idle_caches is not None else {})},
         "shutdown": {"grace_seconds": 5},
         "logging": {"level": "INFO"},
     }
@@ -207,6 +208,12 @@ def scrape(text: str) -> tuple[dict[str, float], dict[str, float], dict[str, flo
         cache = labels.split('cache="', 1)[1].split('"', 1)[0]
         found[names[name]][cache] = float(value)
     return found["entries"], found["evictions"], found["bound"], found["weight"]
+
+
+async def caches_now(url: str) -> dict[str, float]:
+    """Each cache's entries, from ``/metrics``."""
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as resp:
+        return scrape(await resp.text())[0]
 
 
 class Soak:
@@ -493,6 +500,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 burst_end = proc_sample(pid)
                 time.sleep(args.after)
                 after_burst = proc_sample(pid)
+            drained = None
+            if args.drain:  # the conversations have stopped: what memory falls back to
+                time.sleep(args.drain)
+                drained = {**proc_sample(pid), "caches": asyncio.run(caches_now(proxy.url))}
             if proxy.proc.poll() is not None:
                 raise RuntimeError("the proxy died:\n" + (proxy.log_path.read_text()[-3000:] if proxy.log_path else ""))
             tracebacks = traceback_count(proxy)
@@ -513,6 +524,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "burst": burst_res,
         "burst_end": burst_end,
         "after_burst": after_burst,
+        "drained": drained,
         "problems": dict(soak.problems),
         "examples": soak.examples,
         "tracebacks": tracebacks,
@@ -539,6 +551,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--after", type=float, default=70.0,
                    help="idle seconds after the load and after the burst (the upstream pool closes idle"
                         " connections after 30 s, swept every 30 s)")
+    p.add_argument("--idle-caches", type=float, default=None, metavar="SECONDS",
+                   help="limits.cache_idle_seconds (default: the shipped 600 s)")
+    p.add_argument("--drain", type=float, default=0.0, metavar="SECONDS",
+                   help="after everything else, this many idle seconds more, then RSS and the caches' entries"
+                        " (past --idle-caches: the per-conversation caches forgotten, memory given back)")
     p.add_argument("--burst", type=int, default=1000, help="simultaneous streams after the load (0: none)")
     p.add_argument("--max-inflight", type=int, default=64,
                    help="requests in flight at most: an arrival beyond it is skipped (and counted)")

@@ -199,6 +199,11 @@ def report(res: dict[str, Any]) -> None:
         print(f"burst: {b['streams']} simultaneous streams, {b['ok']} ok; RSS at its end "
               f"{res['burst_end']['rss'] / MB:.1f} MB, {a['after']:.0f} s after "
               f"{res['after_burst']['rss'] / MB:.1f} MB, {res['after_burst']['fds']} FDs {res['after_burst']['fd_kinds']}")
+    if res.get("drained"):
+        d = res["drained"]
+        held = {c: v for c, v in sorted(d["caches"].items()) if v}
+        print(f"drained, {a['drain']:.0f} s more idle: RSS {d['rss'] / MB:.1f} MB (rest {res['rest']['rss'] / MB:.1f}),"
+              f" {d['fds']} FDs; caches still holding: " + (", ".join(f"{c} {v:.0f}" for c, v in held.items()) or "none"))
     if res["problems"]:
         print("problems: " + ", ".join(f"{k} x{v}" for k, v in res["problems"].items()))
         for line in res["examples"]:
