@@ -8,7 +8,10 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from typing import TextIO
 from urllib.parse import urlsplit
 
@@ -96,9 +99,10 @@ async def serve(
     runner = make_runner(app, config)
     await runner.setup()
     listeners = await start_sites(runner, config, app)
+    loop = asyncio.get_running_loop()
+    start_worker_threads(loop)
     tune_interpreter()
     stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, schedule_reload, app, config)
@@ -180,6 +184,30 @@ def announce_console(
     link = signin_link(host, port, first.issue(tenant.name))
     print(announcement(tenant.name, link), file=terminal, flush=True)
     log.info("a one-time console sign-in link for tenant %s was printed on the terminal", tenant.name)
+
+
+def worker_count() -> int:
+    """The worker threads of ``asyncio.to_thread`` (Python's own default: CPUs + 4, at most 32)."""
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
+def start_worker_threads(loop: asyncio.AbstractEventLoop, workers: int | None = None) -> ThreadPoolExecutor:
+    """The loop's default executor (``asyncio.to_thread``: compaction of large requests, hashing,
+    transcript exports, policy reloads) with all its threads started now, at start-up.
+
+    Python starts them one at a time, when a call finds none idle: under a steady load the last
+    ones came minutes in (the soak: 9 threads, then 11 at minute 16), each bringing its stack's
+    pages and the allocator's per-thread cache and arena with it, a step in RSS long after the
+    start, and a moment's thread creation on a request's path. Started together here, the count
+    of threads is flat from the first request on (their memory is part of "at rest")."""
+    count = workers or worker_count()
+    executor = ThreadPoolExecutor(max_workers=count, thread_name_prefix="proxy-worker")
+    # each call waits until all have started: no thread is idle when the next is submitted, so
+    # every submission starts a new one
+    barrier = threading.Barrier(count)
+    wait_all([executor.submit(barrier.wait, 10.0) for _ in range(count)])
+    loop.set_default_executor(executor)
+    return executor
 
 
 def tune_interpreter() -> None:
