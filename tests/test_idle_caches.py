@@ -3,7 +3,7 @@
 
 ``Bounded.forget_idle`` matches a reference model for any sequence of uses and sweeps; each owner
 (the body memo, the plan cache, the store's durable states, the export marks) forgets under its own
-bookkeeping; the sweeping task releases memory only when the proxy is idle; and through the real
+bookkeeping; what the sweeps forgot makes the next quiet moment a memory release; and through the real
 server, with the official SDK: every per-conversation cache empties while the conversations pause,
 ``/metrics`` counts what expired, and when they come back the upstream receives byte for byte
 what it receives from a proxy that forgot nothing (plans come back from the store)."""
@@ -31,7 +31,8 @@ from proxy.core.compaction.view import FromClient
 from proxy.core.durable import Create, Fact
 from proxy.core.reparse import BodyMemo
 from proxy.server.appkeys import STATE, STORE
-from proxy.server.maintenance.idle_caches import RELEASE_AFTER, forget_when_idle, sweep_interval
+from proxy.server.maintenance.idle_caches import forget_when_idle, sweep_interval
+from proxy.server.maintenance.idle_trim import FORGOTTEN, TrimSchedule
 from proxy.sources.transcript_files import ExportMarks
 from proxy.store.sqlite import SQLiteStore
 from proxy.tenancy.tenants import DEFAULT_TENANT
@@ -214,6 +215,7 @@ def test_export_marks_forget_files_not_exported_to() -> None:
 
 class _State:
     inflight = 0
+    forgotten = 0
 
 
 def test_the_sweep_interval_is_a_tenth_of_the_idle_time_between_a_second_and_a_minute() -> None:
@@ -221,16 +223,9 @@ def test_the_sweep_interval_is_a_tenth_of_the_idle_time_between_a_second_and_a_m
     assert sweep_interval(3600) == 60
 
 
-@pytest.mark.parametrize(("forgotten", "inflight", "released"), [
-    (RELEASE_AFTER, 0, True), (RELEASE_AFTER - 1, 0, False), (RELEASE_AFTER, 1, False),
-])
-def test_memory_is_released_after_a_large_sweep_only_when_nothing_is_in_flight(
-    forgotten: int, inflight: int, released: bool
-) -> None:
+def test_what_a_sweep_forgot_is_counted_for_the_memory_release() -> None:
     calls: list[tuple[float, float]] = []
-    releases: list[int] = []
     state = _State()
-    state.inflight = inflight
     times = iter([10.0, 20.0, 30.0, 40.0])
 
     async def run() -> None:
@@ -240,17 +235,28 @@ def test_memory_is_released_after_a_large_sweep_only_when_nothing_is_in_flight(
             calls.append((now, idle))
             if len(calls) == 3:
                 three.set()
-            return forgotten if len(calls) == 2 else 0
+            return 70 if len(calls) == 2 else 0
 
         task = asyncio.create_task(forget_when_idle(
-            [forget], 5.0, state, release=lambda: releases.append(1),  # type: ignore[arg-type]
+            [forget, lambda _now, _idle: 5], 5.0, state,  # type: ignore[arg-type]
             clock=lambda: next(times), interval=0.001))
         await asyncio.wait_for(three.wait(), 5)
         task.cancel()
 
     asyncio.run(run())
     assert calls[:3] == [(10.0, 5.0), (20.0, 5.0), (30.0, 5.0)]
-    assert releases == ([1] if released else [])
+    assert state.forgotten >= 5 + 75 + 5
+
+
+@pytest.mark.parametrize(("forgotten", "released"), [(FORGOTTEN, True), (FORGOTTEN - 1, False)])
+def test_many_forgotten_entries_make_the_next_quiet_moment_a_release(forgotten: int, released: bool) -> None:
+    """The release waits for the proxy to be quiet (two polls with nothing in flight), as after
+    a burst: never at one instant of a load with nothing in flight."""
+    schedule = TrimSchedule()
+    assert schedule.tick(1, forgotten) is False  # a request in flight: not now
+    assert schedule.tick(0) is False  # one quiet poll: not yet
+    assert schedule.tick(0) is released
+    assert schedule.tick(0) is False  # once
 
 
 def test_zero_idle_seconds_forgets_nothing() -> None:

@@ -63,7 +63,6 @@ from proxy.server.http.metrics import CONTENT_TYPE, new_metrics
 from proxy.server.http.readiness import StoreReadiness
 from proxy.server.ledger import LEDGER, LedgerRecorder
 from proxy.server.maintenance.idle_caches import forget_when_idle
-from proxy.server.maintenance.idle_trim import release_memory
 from proxy.server.maintenance.retention import retention_ctx
 from proxy.server.messages import handle_messages, route_of, upstream_headers
 from proxy.server.quota import QUOTA, QUOTA_TICKET, QuotaKeeper
@@ -322,7 +321,6 @@ async def _forget_idle(app: web.Application) -> AsyncIterator[None]:
         ),
         app[CONFIG].limits.cache_idle_seconds,
         app[STATE],
-        release=release_memory,
     ))
     try:
         yield

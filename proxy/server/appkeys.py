@@ -39,6 +39,9 @@ class ProxyState:
 
     draining: bool = False
     inflight: int = 0
+    # entries forgotten by the idle sweeps (``maintenance/idle_caches.py``) since the memory release
+    # (``maintenance/idle_trim.py``) last looked: many of them make the next quiet moment a release
+    forgotten: int = 0
     readiness_checks: list[ReadinessCheck] = field(default_factory=list)
 
 

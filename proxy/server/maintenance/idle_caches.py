@@ -14,8 +14,9 @@ memo, the compaction plans, the store's folded durable states, the transcript ex
 a forgotten entry costs is what a miss of that cache costs (a parse, one store read), never
 another answer. Not forgotten: thinking records (a miss may cost a valid block its reasoning),
 token counts and pointer parses (by content, shared by every conversation), source checks (by
-file). When a sweep forgot enough while nothing is in flight, the memory goes back to the system
-(``release``: a collection and the allocator's trim or purge).
+file). What a sweep forgot is counted in ``ProxyState.forgotten``: when it is enough, the memory
+release (``idle_trim.py``) treats it as a busy period and gives the memory back once nothing has
+been in flight for two seconds, as after a burst.
 """
 
 from __future__ import annotations
@@ -30,9 +31,6 @@ from proxy.server.appkeys import ProxyState
 log = logging.getLogger("context_proxy.memory")
 
 Forget = Callable[[float, float], int]  # (now, idle seconds) -> entries forgotten
-
-# Release memory after a sweep that forgot at least this many entries with nothing in flight.
-RELEASE_AFTER = 64
 
 
 def sweep_interval(idle: float) -> float:
@@ -50,12 +48,11 @@ async def forget_when_idle(
     forgets: Sequence[Forget],
     idle: float,
     state: ProxyState,
-    release: Callable[[], object] | None = None,
     clock: Callable[[], float] = time.monotonic,
     interval: float | None = None,
 ) -> None:
-    """Sweep every ``interval`` until cancelled (nothing when ``idle`` is 0); ``release()``
-    after a sweep that forgot ``RELEASE_AFTER`` entries or more while nothing was in flight."""
+    """Sweep every ``interval`` until cancelled (nothing when ``idle`` is 0), adding what each
+    sweep forgot to ``state.forgotten``."""
     if idle <= 0:
         return
     every = sweep_interval(idle) if interval is None else interval
@@ -63,6 +60,5 @@ async def forget_when_idle(
         forgotten = sweep(forgets, clock(), idle)
         if forgotten:
             log.debug("forgot %d entries of conversations idle for %.0f s", forgotten, idle)
-            if release is not None and forgotten >= RELEASE_AFTER and state.inflight == 0:
-                release()
+            state.forgotten += forgotten
         await asyncio.sleep(every)

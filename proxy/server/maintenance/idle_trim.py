@@ -9,7 +9,9 @@ busy period, the proxy runs one full collection (cheap: the program's own object
 start-up) and ``malloc_trim(0)`` (glibc), and does it once more after the upstream pool's idle
 connections had time to expire. A busy period is a burst (32 requests in flight at once) or a
 steady load (requests in flight at 30 polls): a load that never peaks, going quiet, left free
-memory all the same (bench/bench_soak.py: its RSS stayed where the load left it). Nothing of this
+memory all the same (bench/bench_soak.py: its RSS stayed where the load left it); or the idle
+sweeps forgot 64 cached entries or more (``idle_caches.py``: the conversations of a load that
+stopped ten minutes ago: their memory goes back too). Nothing of this
 is on the request path: a 1 s poll of the in-flight counter.
 
 What decides how much comes back is the small-object allocator. Python's own (pymalloc) returns
@@ -51,6 +53,9 @@ BUSY_INFLIGHT = 32
 # ... requests in flight at this many polls since then (a steady load that never peaks: its
 # requests' buffers and the caches' churn leave free memory in the allocator all the same)
 BUSY_POLLS = 30
+# ... or the idle sweeps forgot at least this many cached entries (maintenance/idle_caches.py:
+# the conversations of a load that stopped ten minutes ago), or...
+FORGOTTEN = 64
 # Release when nothing was in flight for this many polls (of POLL_SECONDS) after a busy period...
 QUIET_POLLS = 2
 # ... and once more after this many quiet polls: the upstream pool (keep-alive 30 s, swept every
@@ -74,18 +79,21 @@ class TrimSchedule:
         self._active = 0  # polls with requests in flight since the last release
         self._quiet = 0  # consecutive polls with nothing in flight
         self._late_pending = False
+        self._forgotten = 0  # entries the idle sweeps forgot since the last release
 
-    def tick(self, inflight: int) -> bool:
-        """One poll; ``True``: release now."""
+    def tick(self, inflight: int, forgotten: int = 0) -> bool:
+        """One poll (``forgotten``: cached entries the idle sweeps dropped since the last poll);
+        ``True``: release now."""
+        self._forgotten += forgotten
         if inflight:
             self._peak = max(self._peak, inflight)
             self._active += 1
             self._quiet = 0
             return False
         self._quiet += 1
-        busy = self._peak >= self.busy or self._active >= self.busy_polls
+        busy = self._peak >= self.busy or self._active >= self.busy_polls or self._forgotten >= FORGOTTEN
         if busy and self._quiet >= self.quiet:
-            self._peak = self._active = 0
+            self._peak = self._active = self._forgotten = 0
             self._late_pending = True
             return True
         if self._late_pending and self._quiet >= self.late:
@@ -200,5 +208,6 @@ async def release_when_idle(
         )
     while True:
         await asyncio.sleep(poll_seconds)
-        if schedule.tick(state.inflight):
+        forgotten, state.forgotten = state.forgotten, 0
+        if schedule.tick(state.inflight, forgotten):
             release()
