@@ -19,6 +19,7 @@ from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+import httpx2 as httpx
 from aiohttp import web
 
 from proxy.config.settings import Config, parse_config
@@ -191,3 +192,15 @@ async def serve_local(app: web.Application) -> tuple[web.AppRunner, str]:
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", 0).start()
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+def cache_figures(url: str) -> dict[str, dict[str, float]]:
+    """Per cache, from the proxy's ``/metrics`` as an operator reads them: ``entries``,
+    ``max_entries``, ``weight_bytes``, ``max_weight_bytes``, ``bound_bytes``, ``evictions``,
+    ``expired``."""
+    out: dict[str, dict[str, float]] = {}
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        m = re.fullmatch(r'context_proxy_cache_(\w+)\{cache="(\w+)"\} (\S+)', line)
+        if m:
+            out.setdefault(m[2], {})[m[1].removesuffix("_total")] = float(m[3])
+    return out

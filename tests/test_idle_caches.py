@@ -11,14 +11,12 @@ what it receives from a proxy that forgot nothing (plans come back from the stor
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx2 as httpx
 import orjson
 import pytest
 from hypothesis import given, settings
@@ -36,7 +34,7 @@ from proxy.server.maintenance.idle_trim import FORGOTTEN, TrimSchedule
 from proxy.sources.transcript_files import ExportMarks
 from proxy.store.sqlite import SQLiteStore
 from proxy.tenancy.tenants import DEFAULT_TENANT
-from tests.harness import LoopThread, ProxyServer, proxy_config
+from tests.harness import LoopThread, ProxyServer, cache_figures, proxy_config
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 
 # --- the cache --------------------------------------------------------------------------------
@@ -283,15 +281,6 @@ SESSIONS = 4
 TURNS = 4
 
 
-def _caches(proxy: ProxyServer) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
-    for line in httpx.get(proxy.url + "/metrics").text.splitlines():
-        m = re.fullmatch(r'context_proxy_cache_(\w+)\{cache="(\w+)"\} (\S+)', line)
-        if m:
-            out.setdefault(m[2], {})[m[1].removesuffix("_total")] = float(m[3])
-    return out
-
-
 def _wait(check: Callable[[], bool], seconds: float = 15.0) -> None:
     deadline = time.monotonic() + seconds
     while not check():
@@ -341,7 +330,7 @@ def test_idle_conversations_are_forgotten_and_come_back_with_the_same_bytes_upst
     start = len(upstream.requests)
     kept_answers = _turns(keeping, loop_thread, lambda: None)
     kept_bytes = [(r.path, r.body) for r in upstream.requests[start:]]
-    kept = _caches(keeping)
+    kept = cache_figures(keeping.url)
     assert all(kept[name]["expired"] == 0 for name in PER_CONVERSATION)
 
     # one that forgets a conversation idle for a second: every pause empties its caches
@@ -349,8 +338,8 @@ def test_idle_conversations_are_forgotten_and_come_back_with_the_same_bytes_upst
     emptied: list[dict[str, dict[str, float]]] = []
 
     def pause() -> None:
-        _wait(lambda: all(_caches(forgetting)[n]["entries"] == 0 for n in PER_CONVERSATION))
-        emptied.append(_caches(forgetting))
+        _wait(lambda: all(cache_figures(forgetting.url)[n]["entries"] == 0 for n in PER_CONVERSATION))
+        emptied.append(cache_figures(forgetting.url))
 
     start = len(upstream.requests)
     answers = _turns(forgetting, loop_thread, pause)
@@ -360,7 +349,7 @@ def test_idle_conversations_are_forgotten_and_come_back_with_the_same_bytes_upst
     assert all(emptied[-1][n]["expired"] > 0 for n in PER_CONVERSATION), emptied[-1]
     assert answers == kept_answers and forgot_bytes == kept_bytes
     assert any("summarize" in a or "prune" in a for a in answers)  # compaction did run
-    last = _caches(forgetting)
+    last = cache_figures(forgetting.url)
     for name in PER_CONVERSATION:
         assert last[name]["expired"] > 0, (name, last[name])
         assert last[name]["evictions"] == 0, (name, last[name])  # no bound pushed them

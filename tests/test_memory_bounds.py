@@ -10,7 +10,6 @@ the summary calls included, and the client the same answers: a miss only costs w
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -18,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx2 as httpx
 import orjson
 import pytest
 
@@ -28,7 +26,7 @@ from proxy.server.appkeys import COMPACTION, DURABLE, STORE, THINKING
 from proxy.server.compaction.service import POLICIES
 from proxy.server.context.durable import MAX_PENDING
 from proxy.tenancy.tenants import DEFAULT_TENANT
-from tests.harness import LoopThread, ProxyServer
+from tests.harness import LoopThread, ProxyServer, cache_figures
 from tests.upstream import FakeUpstream, RecordedRequest, Reply, message_json
 
 KEY = "sk-ant-memory-bounds-test-0028"
@@ -98,16 +96,6 @@ def _drive(proxy: ProxyServer, loop_thread: LoopThread) -> list[str]:
     return seen
 
 
-def _caches(proxy: ProxyServer) -> dict[str, dict[str, float]]:
-    """Per cache: entries, max_entries, weight_bytes, max_weight_bytes, evictions (``/metrics``)."""
-    out: dict[str, dict[str, float]] = {}
-    for line in httpx.get(proxy.url + "/metrics").text.splitlines():
-        m = re.fullmatch(r'context_proxy_cache_(\w+)\{cache="(\w+)"\} (\S+)', line)
-        if m:
-            out.setdefault(m[2], {})[m[1].removesuffix("_total")] = float(m[3])
-    return out
-
-
 def _received(upstream: FakeUpstream, start: int) -> list[tuple[str, bytes]]:
     return [(r.path, r.body) for r in upstream.requests[start:]]
 
@@ -132,7 +120,7 @@ def test_every_cache_stays_within_its_bound_and_no_answer_depends_on_a_hit(
         start = len(upstream.requests)
         proxy = make_proxy(limits=limits, compaction=COMPACTION_SECTION)
         seen = _drive(proxy, loop_thread)
-        runs[name] = (seen, _received(upstream, start), _caches(proxy))
+        runs[name] = (seen, _received(upstream, start), cache_figures(proxy.url))
         conversations_with_plans[name] = len(proxy.app[COMPACTION].plans._groups)
     shipped, small, none = runs["shipped"], runs["small"], runs["none"]
     # the same answers and reports, and byte for byte the same requests upstream (summaries too)
@@ -174,7 +162,7 @@ def test_distinct_models_and_pointers_never_grow_the_memos_past_their_bounds(mak
         service._request_policy(service.config, f"claude-made-up-{i}", "", 1024 + i)  # its own limits
     texts = [f"transcript:s-{i}:{i + 1}" for i in range(PARSES.max_entries + 500)]
     assert all(parse_pointer(t).session == f"s-{i}" for i, t in enumerate(texts))  # type: ignore[union-attr]
-    caches = _caches(proxy)
+    caches = cache_figures(proxy.url)
     for name in ("compaction_policies", "request_policies", "pointer_parses"):
         assert caches[name]["entries"] == caches[name]["max_entries"], name
         assert caches[name]["evictions"] >= 500, name
@@ -207,7 +195,7 @@ def test_thinking_records_stay_within_their_bound_on_a_binding_model(
     while records.cache.evictions < 5 and time.monotonic() < deadline:
         time.sleep(0.01)  # the last answer is learnt just after it was sent
     assert len(records) == 3 and records.cache.evictions == 5
-    caches = _caches(proxy)
+    caches = cache_figures(proxy.url)
     assert caches["thinking_records"]["entries"] == 3 and caches["thinking_records"]["evictions"] == 5
     # every request reached the provider as sent: nothing was stale, nothing dropped
     assert all(b"drop_block" not in r.body for r in upstream.requests)
