@@ -25,7 +25,9 @@ statuses, p50/p99 of the time to the last byte (200 answers to whole turns), and
 cache's size from ``/metrics`` (``context_proxy_cache_entries``). After the load: ``--after``
 seconds idle, then a burst of ``--burst`` simultaneous streams, then ``--after`` seconds idle.
 
-Verdict (the issue's targets): RSS over the second half grows < 3 %; steady RSS (the last minute)
+Verdict (the issue's targets): RSS over the second half grows < 3 % (the trend: a line fitted
+through the medians of minutes 15-30; the two end samples' growth printed beside it, since one
+5 s sample lands anywhere in the +-5 MB sawtooth of idle releases and uncollected garbage); steady RSS (the last minute)
 <= rest + the sum of the caches' documented memory at their bounds
 (``context_proxy_cache_bound_bytes``) + 40 MB; file descriptors flat (each minute's least count in
 the second half within +-3 of their median; idle after the load within 3 of rest); p99 of the last

@@ -114,10 +114,13 @@ def verdict(res: dict[str, Any]) -> list[tuple[str, bool, str]]:
         slope = fitted_growth([r["rss_median_mb"] for r in rows[n // 2 - 1:]])
         # the last third too (not a goal): whether RSS has levelled off once the caches are full
         last_third = fitted_growth([r["rss_median_mb"] for r in rows[n - n // 3 - 1:]])
-        out.append(("RSS over the second half", growth < GOAL_SECOND_HALF,
-                    f"{mid:.1f} -> {end:.1f} MB ({growth:+.1%}; goal < {GOAL_SECOND_HALF:.0%}); the"
-                    f" minutes' medians fitted by a line: {slope:+.1%}; over the last third"
-                    f" (minute {n - n // 3} on): {last_third:+.1%}"))
+        # judged on the trend: one 5 s sample at each end lands anywhere in a +-5 MB sawtooth
+        # (the idle releases between bursts of requests, cyclic garbage not yet collected), so
+        # the two samples' growth is printed beside it, not judged (bench/README.md, runs 10-12)
+        out.append(("RSS over the second half", slope < GOAL_SECOND_HALF,
+                    f"the minutes' medians fitted by a line: {slope:+.1%} (goal < {GOAL_SECOND_HALF:.0%});"
+                    f" one sample at each end: {mid:.1f} -> {end:.1f} MB ({growth:+.1%}); over the last"
+                    f" third (minute {n - n // 3} on): {last_third:+.1%}"))
         half = rows[n // 2:]
         # each minute's least count: a handle left open raises it for good; the exports' and
         # artifacts' files open for a moment do not
