@@ -20,6 +20,7 @@ Skipped without the Claude Code CLI (see tests/test_claude_code.py).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -30,7 +31,7 @@ import pytest
 from proxy.core.compaction.retrieval import TOOL_NAME
 from proxy.core.pointers import TranscriptPointer, parse_pointer
 from proxy.server.appkeys import DURABLE, STORE
-from tests.harness import LoopThread, ProxyServer
+from tests.harness import LoopThread, ProxyServer, cache_figures
 from tests.test_claude_code import (
     RUN_TIMEOUT,
     Tap,
@@ -80,8 +81,11 @@ def bridge_pointers(body: dict[str, Any]) -> list[str]:
 class Model:
     """Answers by what a request is: a summary call, the subagent's loop, the main loop."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, pause: float = 0.0) -> None:
         self.work = work
+        # seconds the main conversation's first retrieval answer takes: long after the subagent
+        # ended, while the main conversation waits (its caches idle too)
+        self.pause = pause
         self.retrieved: dict[str, str] = {}  # "main"/"sub" -> the tool result our call got
         self.asked: dict[str, list[str]] = {}  # the pointers each asked for
 
@@ -116,7 +120,12 @@ class Model:
         names = [t.get("name") for t in body.get("tools", [])]
         pointers = bridge_pointers(body)
         if names[-1:] == [TOOL_NAME] and pointers and who not in self.asked:
-            return self._retrieve(who, pointers[0], stream)
+            retrieve = self._retrieve(who, pointers[0], stream)
+            if who == "main" and self.pause and isinstance(retrieve, Stream):
+                return dataclasses.replace(retrieve, pace=self.pause / 4)
+            if who == "main" and self.pause and isinstance(retrieve, Reply):
+                return dataclasses.replace(retrieve, delay=self.pause)
+            return retrieve
         letter = "a" if who == "sub" else "b"
         done = sum(1 for k in results if k.startswith(f"toolu_{who}_{letter}"))
         if who == "main" and "toolu_main_agent" not in results:
@@ -151,10 +160,15 @@ def _write_files(work: Path) -> None:
 
 @pytest.mark.claude_code
 @pytest.mark.timeout(RUN_TIMEOUT + 90)
-@pytest.mark.parametrize("mode", ["anthropic", "foundry"])
+@pytest.mark.parametrize(("mode", "idle"), [("anthropic", 600), ("foundry", 600), ("anthropic", 1)])
 def test_claude_code_main_and_subagent_each_compacted_and_reading_back_their_own_turns(
-    upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread, tmp_path: Path, mode: str
+    upstream: FakeUpstream, make_proxy: Any, loop_thread: LoopThread, tmp_path: Path, mode: str,
+    idle: int,
 ) -> None:
+    """``idle`` (``limits.cache_idle_seconds``): at 1 s, with the model taking 3 s over the main
+    conversation's first retrieval, the proxy forgets what it kept of both conversations (the
+    ended subagent's for good, the main one's while it waits): the same checks hold, the plans
+    coming back from the store."""
     claude = find_claude()
     if claude is None:
         pytest.skip("Claude Code CLI not found (see tests/test_claude_code.py)")
@@ -168,13 +182,14 @@ def test_claude_code_main_and_subagent_each_compacted_and_reading_back_their_own
             # the model steps through its removed turns one event at a time until it finds one
             # of its files: a round each
             "retrieval": {"max_rounds": 8},
-        }
+        },
+        limits={"cache_idle_seconds": idle},
     )
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
     _write_files(work)
-    model = Model(work)
+    model = Model(work, pause=3.0 if idle == 1 else 0.0)
     upstream.script(*[model] * 800)
     tap = Tap(proxy.url)
     loop_thread.run(tap.start())
@@ -226,3 +241,6 @@ def test_claude_code_main_and_subagent_each_compacted_and_reading_back_their_own
     if mode == "foundry":  # every request it made was Foundry's, answered without an error
         assert tapped and all(r.path.startswith("/anthropic/v1/messages") for r in tapped), context
     assert _proxy_error_answers(proxy) == [], context
+    if idle == 1:  # it did forget plans, while Claude Code was running
+        expired = {name: f["expired"] for name, f in cache_figures(proxy.url).items() if f.get("expired")}
+        assert expired.get("compaction_plans", 0) > 0, expired
