@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anthropic
@@ -36,9 +37,11 @@ def test_every_worker_thread_is_started_at_once_and_no_call_starts_another() -> 
 
 
 def test_the_default_count_is_python_s_own() -> None:
-    import os
-
-    assert worker_count() == min(32, (os.cpu_count() or 1) + 4)
+    executor = ThreadPoolExecutor()  # what asyncio's default executor would have been
+    try:
+        assert worker_count() == executor._max_workers
+    finally:
+        executor.shutdown()
 
 
 def _threads(pid: int) -> int:
